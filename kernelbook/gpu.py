@@ -1,0 +1,55 @@
+"""Is there a CUDA GPU here, and what is it? Asked once, answered without raising."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+
+@functools.lru_cache(maxsize=1)
+def availability() -> tuple[bool, str]:
+    """``(True, device name)`` when CuPy can use a GPU, else ``(False, why not)``.
+
+    ``KERNELBOOK_NO_GPU=1`` forces the answer to no (tests of the replay path use it).
+    """
+    if os.environ.get("KERNELBOOK_NO_GPU") == "1":
+        return False, "KERNELBOOK_NO_GPU=1 is set"
+    try:
+        import cupy as cp
+    except Exception as exc:  # ImportError, or a broken CUDA library
+        return False, f"CuPy cannot be imported ({type(exc).__name__}: {exc})"
+    try:
+        count = cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, driver too old, no device
+        return False, f"no usable CUDA device ({type(exc).__name__}: {exc})"
+    if count < 1:
+        return False, "the CUDA runtime sees no device"
+    return True, device_info()["name"]
+
+
+def available() -> bool:
+    return availability()[0]
+
+
+def device_info() -> dict:
+    """What the manifest records about the current device (call only when one is available)."""
+    import cupy as cp
+
+    device = cp.cuda.Device()
+    props = cp.cuda.runtime.getDeviceProperties(device.id)
+    name = props["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    driver = cp.cuda.runtime.driverGetVersion()
+    runtime = cp.cuda.runtime.runtimeGetVersion()
+    return {
+        "name": name,
+        "compute_capability": f"{props['major']}.{props['minor']}",
+        "multiprocessors": int(props["multiProcessorCount"]),
+        "memory_gib": round(props["totalGlobalMem"] / 2**30, 1),
+        "l2_bytes": int(props.get("l2CacheSize", 0)),
+        "shared_per_block_optin": int(props.get("sharedMemPerBlockOptin", 0)),
+        "constant_bytes": int(props.get("totalConstMem", 0)),
+        "clock_khz": int(props.get("clockRate", 0)),
+        "cuda_driver": f"{driver // 1000}.{(driver % 1000) // 10}",
+        "cuda_runtime": f"{runtime // 1000}.{(runtime % 1000) // 10}",
+    }

@@ -1,0 +1,138 @@
+"""Compiling the kernels in ``kernels/``: CuPy (NVRTC) on a GPU, ``nvcc`` for reports anywhere.
+
+Compile-time parameters reach a ``.cu`` file as ``-DNAME=VALUE`` options chosen by the harness;
+nobody edits a kernel file to try another tile size. Compiled modules are cached per
+(file contents, options), so a notebook compiles each configuration once, before any timing.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from . import paths
+from .errors import DataError, ShapeError
+
+NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def source_path(relpath: str) -> Path:
+    """``relpath`` is relative to ``kernels/`` (e.g. ``lenet/00_baseline.cu``)."""
+    path = paths.kernels_dir() / relpath
+    if not path.is_file():
+        raise DataError(f"Kernel source {path} does not exist.", "check the variant's `source` in its registry entry.")
+    return path
+
+
+def define_options(defines: Mapping[str, object]) -> tuple[str, ...]:
+    """``{"TILE_WIDTH": 16}`` -> ``("-DTILE_WIDTH=16",)``, in a stable order."""
+    options = []
+    for name, value in sorted(defines.items()):
+        if not NAME_RE.match(name):
+            raise ShapeError(f"{name!r} is not a compile-time parameter name.", "use UPPER_CASE names such as TILE_WIDTH.")
+        if isinstance(value, bool):
+            value = int(value)
+        if not isinstance(value, (int, float, str)):
+            raise ShapeError(f"Compile-time parameter {name}={value!r} is not a number.", "pass integers (or floats).")
+        options.append(f"-D{name}={value}")
+    return tuple(options)
+
+
+def source_hash(relpath: str) -> str:
+    return hashlib.sha256(source_path(relpath).read_bytes()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=256)
+def _module(relpath: str, digest: str, options: tuple[str, ...]):
+    import cupy as cp
+
+    code = source_path(relpath).read_text()
+    module = cp.RawModule(code=code, options=("--std=c++17",) + options)
+    module.compile()  # compile now, never inside a timed region
+    return module
+
+
+def get_kernel(relpath: str, name: str, defines: Mapping[str, object] | None = None):
+    """A compiled ``cupy.RawKernel`` for ``name`` in ``kernels/<relpath>`` with ``defines``."""
+    module = _module(relpath, source_hash(relpath), define_options(defines or {}))
+    return module.get_function(name)
+
+
+def get_module(relpath: str, defines: Mapping[str, object] | None = None):
+    return _module(relpath, source_hash(relpath), define_options(defines or {}))
+
+
+# ----------------------------------------------------------------------------- nvcc reports
+
+
+@dataclass
+class FunctionReport:
+    """What ptxas says about one kernel function."""
+
+    name: str
+    registers: int
+    shared_bytes: int
+    constant_bytes: int
+    stack_frame_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    barriers: int = 0
+
+
+_FUNC_RE = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
+_PROPS_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED_RE = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?")
+_SMEM_RE = re.compile(r"(\d+) bytes smem")
+_CMEM_RE = re.compile(r"(\d+) bytes cmem\[3\]")
+
+
+def nvcc_path() -> str:
+    nvcc = shutil.which("nvcc") or (shutil.which("nvcc", path="/usr/local/cuda/bin"))
+    if not nvcc:
+        raise DataError("nvcc was not found on PATH.", "install the CUDA toolkit or add its bin/ folder to PATH.")
+    return nvcc
+
+
+def parse_ptxas(text: str) -> list[FunctionReport]:
+    """Parse ``nvcc -Xptxas -v`` output into one report per entry function."""
+    reports: list[FunctionReport] = []
+    current: dict | None = None
+    for line in text.splitlines():
+        match = _FUNC_RE.search(line)
+        if match:
+            current = {"name": match.group(1), "registers": 0, "shared_bytes": 0, "constant_bytes": 0,
+                       "stack_frame_bytes": 0, "spill_store_bytes": 0, "spill_load_bytes": 0, "barriers": 0}
+            reports.append(current)  # type: ignore[arg-type]
+            continue
+        if current is None:
+            continue
+        if (match := _PROPS_RE.search(line)):
+            current["stack_frame_bytes"], current["spill_store_bytes"], current["spill_load_bytes"] = map(int, match.groups())
+        if (match := _USED_RE.search(line)):
+            current["registers"] = int(match.group(1))
+            current["barriers"] = int(match.group(2) or 0)
+        if (match := _SMEM_RE.search(line)):
+            current["shared_bytes"] = int(match.group(1))
+        if (match := _CMEM_RE.search(line)):
+            current["constant_bytes"] = int(match.group(1))
+    return [FunctionReport(**r) for r in reports]  # type: ignore[arg-type]
+
+
+def compile_cubin(relpath: str, defines: Mapping[str, object] | None = None, arch: str = "sm_90",
+                  out: Path | None = None) -> tuple[Path, list[FunctionReport]]:
+    """Compile with nvcc to a cubin (no GPU needed) and return it with the ptxas report."""
+    src = source_path(relpath)
+    out = Path(out) if out else Path(tempfile.mkdtemp(prefix="kernelbook-")) / (src.stem + ".cubin")
+    cmd = [nvcc_path(), f"-arch={arch}", "-cubin", "-std=c++17", "-Xptxas", "-v",
+           *define_options(defines or {}), "-o", str(out), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise DataError(f"nvcc failed on {src}:\n{proc.stderr.strip()}", "fix the compile error shown above.")
+    return out, parse_ptxas(proc.stderr + proc.stdout)

@@ -1,0 +1,80 @@
+"""Timing with CUDA events: warm-up first, then repeats; raw samples kept, median reported.
+
+Like ``cupyx.profiler.benchmark``, measuring returns a value (``Measured``) that holds every
+sample; formatting and plotting are someone else's job. Compilation never lands inside a timed
+region: callers build their kernels before calling ``time_gpu``, and the warm-up runs absorb
+module loading and first-launch costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import ShapeError
+
+
+@dataclass
+class Measured:
+    """Repeated timings of one thing: raw samples, and the median with its spread."""
+
+    samples: list[float]
+    unit: str = "ms"
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.samples:
+            raise ValueError("a Measured needs at least one sample")
+
+    @property
+    def median(self) -> float:
+        ordered = sorted(self.samples)
+        n = len(ordered)
+        mid = n // 2
+        return ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+    @property
+    def min(self) -> float:
+        return min(self.samples)
+
+    @property
+    def max(self) -> float:
+        return max(self.samples)
+
+    def __repr__(self) -> str:
+        return (
+            f"Measured(median={self.median:.4g} {self.unit}, min={self.min:.4g}, "
+            f"max={self.max:.4g}, n={len(self.samples)})"
+        )
+
+
+def check_repeats(repeats: int, warmup: int) -> None:
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ShapeError(f"repeats={repeats!r} must be a positive integer.", "pass repeats >= 1 (e.g. 10).")
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ShapeError(f"warmup={warmup!r} must be an integer >= 0.", "pass warmup >= 0 (e.g. 2).")
+
+
+def time_gpu(fn: Callable[[], object], repeats: int = 10, warmup: int = 2, stream=None) -> Measured:
+    """Time ``fn`` (which enqueues GPU work on ``stream``) with CUDA events, in milliseconds.
+
+    Each repeat is bracketed by its own pair of events and synchronised, so one sample is one
+    complete execution of ``fn`` including any host work inside it (copies from pageable memory
+    are synchronous anyway); the median of the samples is what the book reports.
+    """
+    import cupy as cp
+
+    check_repeats(repeats, warmup)
+    stream = stream or cp.cuda.get_current_stream()
+    for _ in range(warmup):
+        fn()
+    stream.synchronize()
+    samples = []
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    for _ in range(repeats):
+        start.record(stream)
+        fn()
+        stop.record(stream)
+        stop.synchronize()
+        samples.append(float(cp.cuda.get_elapsed_time(start, stop)))
+    return Measured(samples, unit="ms")

@@ -1,0 +1,239 @@
+"""Tables and sentences for the book, built from recorded records only.
+
+Every table carries its provenance in the caption (measured now, or replayed with device, date
+and commit). Numbers the seeds report live in ``data/reported/`` and are always labelled
+"reported" with the seed's file name and GPU.
+"""
+
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+
+from . import paths
+from .errors import DataError
+
+MILESTONE_COLUMNS = ["Batch Size", "Op Time 1", "Op Time 2", "Layer Time 1", "Layer Time 2",
+                     "Total Execution Time", "Accuracy"]
+_CELLS = {
+    "Op Time 1": ("op_time_ms", "C1"),
+    "Op Time 2": ("op_time_ms", "C3"),
+    "Layer Time 1": ("layer_time_ms", "C1"),
+    "Layer Time 2": ("layer_time_ms", "C3"),
+    "Total Execution Time": ("total_time_ms", "network"),
+}
+
+
+def format_ms(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value >= 1000:
+        return f"{value / 1000:.3f} s"
+    if value >= 100:
+        return f"{value:.1f} ms"
+    if value >= 1:
+        return f"{value:.3f} ms"
+    return f"{value * 1000:.1f} µs"
+
+
+def _find(records: list[dict], metric: str, layer: str, batch: int | None) -> dict | None:
+    for r in records:
+        if r["metric"] == metric and r["layer"] == layer and r["batch"] == batch:
+            return r
+    return None
+
+
+def _cell(r: dict | None, spread: bool) -> str:
+    if r is None or r["value"] is None:
+        return "–"
+    text = format_ms(r["value"])
+    if spread and r.get("min") is not None:
+        text += f" ({format_ms(r['min'])}–{format_ms(r['max'])})"
+    return text
+
+
+def milestone_frame(chapter, spread: bool = False) -> pd.DataFrame:
+    """Batch Size | Op Time 1 | Op Time 2 | Layer Time 1 | Layer Time 2 | Total | Accuracy.
+
+    A variant that failed its check shows ``FAILED check`` instead of any time.
+    """
+    records = chapter.records
+    batches = chapter.parameters.get("batch_sizes") or sorted({r["batch"] for r in records if r["batch"]})
+    rows = []
+    for batch in batches:
+        row = {"Batch Size": batch}
+        for column, (metric, layer) in _CELLS.items():
+            row[column] = _cell(_find(records, metric, layer, batch), spread) if chapter.correct else "FAILED check"
+        acc = _find(records, "accuracy", "network", batch)
+        row["Accuracy"] = f"{acc['value']:.4f}" if acc and chapter.correct else "–"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=MILESTONE_COLUMNS)
+
+
+def styled(frame: pd.DataFrame, caption: str):
+    """A pandas Styler with the provenance caption, index hidden (renders as an HTML table)."""
+    return (frame.style.hide(axis="index").set_caption(html.escape(caption))
+            .set_table_attributes('class="kernelbook-table"'))
+
+
+def milestone_table(chapter, spread: bool = True):
+    title = f"{chapter.variant}: times are medians (min–max) over the repeats. {chapter.label}"
+    return styled(milestone_frame(chapter, spread=spread), title)
+
+
+def check_frame(chapter) -> pd.DataFrame:
+    rows = []
+    for c in chapter.checks:
+        s = c["shape"]
+        rows.append({
+            "Layer": c.get("layer", ""),
+            "Shape": c["label"],
+            "B×C×H×W → M maps, K": f"{s['B']}×{s['C']}×{s['H']}×{s['W']} → {s['M']}, K={s['K']}",
+            "rel. L2 error": "–" if c["rel_l2_error"] is None else f"{c['rel_l2_error']:.2e}",
+            "unwritten": "–" if c["unwritten"] is None else c["unwritten"],
+            "Result": "pass" if c["passed"] else f"FAIL {c.get('error') or ''}".strip(),
+        })
+    return pd.DataFrame(rows)
+
+
+def check_table(chapter):
+    n = len(chapter.checks)
+    ok = sum(1 for c in chapter.checks if c["passed"])
+    caption = (f"Correctness against float64 on fresh random inputs, output poisoned with NaN: "
+               f"{ok}/{n} passed. {chapter.label}")
+    return styled(check_frame(chapter), caption)
+
+
+# ----------------------------------------------------------------------------- seeds
+
+
+def reported(step: str | None = None, study: str = "lenet") -> pd.DataFrame:
+    """What the seeds report (``data/reported/<study>.csv``), optionally for one step."""
+    path = paths.data_dir() / "reported" / f"{study}.csv"
+    if not path.is_file():
+        raise DataError(f"{path} is missing.", "restore it with `git checkout -- data/reported/`.")
+    frame = pd.read_csv(path)
+    return frame[frame["step"] == step].reset_index(drop=True) if step else frame
+
+
+def reported_table(step: str, study: str = "lenet"):
+    frame = reported(step, study)
+    out = pd.DataFrame({
+        "Source (seed, GPU)": frame["seed"] + ", " + frame["gpu"],
+        "What": frame["seed_label"],
+        "Batch Size": frame["batch"],
+        "Op Time 1": frame["op_time_1_ms"].map(_maybe_ms),
+        "Op Time 2": frame["op_time_2_ms"].map(_maybe_ms),
+        "Total Execution Time": frame["total_time_s"].map(lambda s: "–" if pd.isna(s) else f"{s:.3f} s"),
+        "Accuracy": frame["accuracy"].map(lambda a: "–" if pd.isna(a) else f"{a:g}"),
+    })
+    return styled(out, "Reported by the seed write-ups (their GPUs, their whole-program times; not measured here).")
+
+
+def _maybe_ms(value) -> str:
+    return "–" if pd.isna(value) else format_ms(float(value))
+
+
+def show_source(relpath: str, start: str | None = None):
+    """The kernel source from ``kernels/`` as a highlighted block (never pasted into a notebook)."""
+    from IPython.display import Markdown
+
+    path = paths.kernels_dir() / relpath
+    if not path.is_file():
+        raise DataError(f"Kernel source {path} does not exist.", "check the path relative to kernels/.")
+    text = path.read_text()
+    if start:
+        index = text.find(start)
+        text = text[index:] if index >= 0 else text
+    return Markdown(f"`kernels/{relpath}`\n\n```cuda\n{text}\n```")
+
+
+def speedup_sentence(chapter, reported_frame: pd.DataFrame, batch: int = 10000) -> str:
+    """Ours against each seed's report at ``batch``, per layer, in words."""
+    if not chapter.correct:
+        return f"The {chapter.variant} kernel failed its correctness check, so it is not compared."
+    parts = []
+    for layer, column in (("C1", "op_time_1_ms"), ("C3", "op_time_2_ms")):
+        ours = _find(chapter.records, "op_time_ms", layer, batch)
+        if ours is None:
+            continue
+        for _, row in reported_frame[reported_frame["batch"] == batch].iterrows():
+            theirs = row[column]
+            if pd.isna(theirs):
+                continue
+            ratio = float(theirs) / ours["value"]
+            parts.append(f"{layer}: {format_ms(ours['value'])} here against {format_ms(float(theirs))} "
+                         f"reported in `{row['seed']}` ({row['gpu']}), {ratio:.1f}× "
+                         f"{'faster' if ratio >= 1 else 'slower'}")
+    if not parts:
+        return f"No seed reports batch {batch} for this step."
+    return f"At batch {batch}: " + "; ".join(parts) + "."
+
+
+def throughput(chapter) -> pd.DataFrame:
+    """GFLOP/s and GB/s (fewest bytes a kernel must move) per layer and batch, from op times."""
+    rows = []
+    for r in chapter.records:
+        if r["metric"] != "op_time_ms" or r["value"] is None:
+            continue
+        seconds = r["value"] / 1000
+        rows.append({"layer": r["layer"], "batch": r["batch"], "op_time_ms": r["value"],
+                     "gflops": r["flops"] / seconds / 1e9, "gbytes_per_s": r["min_bytes"] / seconds / 1e9})
+    return pd.DataFrame(rows)
+
+
+
+def throughput_table(chapter):
+    frame = throughput(chapter)
+    if frame.empty:
+        return styled(pd.DataFrame({"": ["no timings (the check failed)"]}), chapter.label)
+    out = pd.DataFrame({
+        "Layer": frame["layer"],
+        "Batch Size": frame["batch"],
+        "Op time": frame["op_time_ms"].map(format_ms),
+        "GFLOP/s": frame["gflops"].map(lambda v: f"{v:,.0f}"),
+        "GB/s (fewest bytes)": frame["gbytes_per_s"].map(lambda v: f"{v:,.1f}"),
+    })
+    return styled(out, f"Achieved throughput from op times. {chapter.label}")
+
+
+def expectations(chapter) -> list[str]:
+    """Sentences that judge the run from its own numbers (no number typed in by hand)."""
+    if not chapter.correct:
+        return ["The kernel failed its correctness check; nothing was timed."]
+    lines = []
+    frame = throughput(chapter)
+    batches = sorted(frame["batch"].unique())
+    small, large = batches[0], batches[-1]
+    for layer, group in frame.groupby("layer"):
+        t = dict(zip(group["batch"], group["op_time_ms"]))
+        if large > small:
+            growth = t[large] / t[small]
+            work = large / small
+            verdict = ("about linear: the GPU was already busy at the smallest batch"
+                       if growth >= 0.7 * work else
+                       "less than linear: the smallest batch could not fill the GPU, so fixed "
+                       "costs (launch, tail, latency) weigh on it")
+            lines.append(f"{layer}: {work:g}× the images took {growth:.1f}× the op time "
+                         f"({format_ms(t[small])} → {format_ms(t[large])}), {verdict}.")
+    at_large = frame[frame["batch"] == large].set_index("layer")
+    if {"C1", "C3"} <= set(at_large.index):
+        flop_ratio = (at_large.loc["C3", "gflops"] * at_large.loc["C3", "op_time_ms"]) / (
+            at_large.loc["C1", "gflops"] * at_large.loc["C1", "op_time_ms"])
+        time_ratio = at_large.loc["C3", "op_time_ms"] / at_large.loc["C1", "op_time_ms"]
+        lines.append(f"At batch {large}, C3 does {flop_ratio:.2f}× C1's arithmetic and took "
+                     f"{time_ratio:.2f}× its time: C1 runs at {at_large.loc['C1', 'gflops']:,.0f} "
+                     f"GFLOP/s and C3 at {at_large.loc['C3', 'gflops']:,.0f} GFLOP/s.")
+    for layer in ("C1", "C3"):
+        op = _find(chapter.records, "op_time_ms", layer, large)
+        lay = _find(chapter.records, "layer_time_ms", layer, large)
+        if op and lay and lay["value"]:
+            share = 1 - op["value"] / lay["value"]
+            lines.append(f"{layer} layer time at batch {large}: {format_ms(lay['value'])}, of which "
+                         f"{share:.0%} is copying between host and device rather than computing.")
+    acc = _find(chapter.records, "accuracy", "network", large)
+    if acc:
+        lines.append(f"Accuracy on the first {large} test images: {acc['value']:.4f} with this book's "
+                     "own trained weights (the seeds used the course's weights).")
+    return lines

@@ -1,0 +1,70 @@
+"""GPU checks (run on the device machine: `pytest -m gpu`; skipped where there is no GPU)."""
+
+import numpy as np
+import pytest
+
+from kernelbook import checks
+from kernelbook.errors import ShapeError
+from kernelbook.lenet import ConvShape, conv_forward, variants
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("slug", list(variants.REGISTRY))
+def test_variant_matches_float64_on_random_shapes_with_poison(slug):
+    impl = variants.get_variant(slug)
+    found = checks.check_variant(impl, impl.params(), n_random=12, seed=None)
+    failed = [c for c in found if not c.passed]
+    assert len(found) >= 10
+    assert not failed, failed
+
+
+def test_poison_catches_an_unwritten_element(monkeypatch):
+    impl = variants.get_variant("baseline")
+    real_launch = impl.launch
+
+    def lazy_launch(y, x, k, shape, params, stream=None):
+        real_launch(y, x, k, shape, params, stream)
+        y[-1, -1, -1, -1] = np.nan  # as if the last thread never wrote
+
+    monkeypatch.setattr(impl, "launch", lazy_launch)
+    result = checks.check_shape(impl, impl.params(), ConvShape(2, 3, 2, 10, 11, 3), np.random.default_rng(0))
+    assert not result.passed and result.unwritten == 1
+
+
+def test_conv_forward_rejects_host_arrays_and_wrong_out():
+    import cupy as cp
+
+    x = np.ones((1, 1, 8, 8), np.float32)
+    with pytest.raises(ShapeError, match="CuPy"):
+        conv_forward(x, cp.ones((1, 1, 3, 3), cp.float32))
+    with pytest.raises(ShapeError, match="out has shape"):
+        conv_forward(cp.asarray(x), cp.ones((1, 1, 3, 3), cp.float32), out=cp.empty((1, 1, 5, 5), cp.float32))
+
+
+def test_gpu_network_agrees_with_cpu_reference():
+    from kernelbook.data import load_test_set
+    from kernelbook.lenet.network import GpuLeNet
+    from kernelbook.reference import forward_reference
+    from kernelbook.weights import default_weights_path, read_weights
+
+    images, labels = load_test_set(n=256)
+    weights = read_weights(default_weights_path())
+    net = GpuLeNet(weights, "baseline")
+    import cupy as cp
+
+    gpu_logits = net.logits(cp.asarray(images)).get()
+    cpu_logits = forward_reference(images, weights, dtype=np.float64)
+    err = np.linalg.norm(gpu_logits - cpu_logits) / np.linalg.norm(cpu_logits)
+    assert err < 1e-4
+    assert (net.predict(images) == np.argmax(cpu_logits, axis=1)).mean() >= 0.995
+
+
+def test_timing_returns_raw_samples():
+    import cupy as cp
+
+    from kernelbook.measure import time_gpu
+
+    a = cp.random.random((1 << 20,), dtype=cp.float32)
+    m = time_gpu(lambda: cp.sqrt(a), repeats=7, warmup=1)
+    assert len(m.samples) == 7 and m.min <= m.median <= m.max and m.min > 0

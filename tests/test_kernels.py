@@ -1,0 +1,76 @@
+"""Every kernel file compiles for sm_90 with nvcc (no GPU needed) and its ptxas report is read."""
+
+import shutil
+
+import pytest
+
+from kernelbook import kernels
+from kernelbook.errors import ShapeError
+from kernelbook.lenet import ConvShape, layer_shape, variants
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+
+
+@pytest.mark.parametrize("slug", list(variants.REGISTRY))
+def test_every_variant_compiles_for_sm90_and_reports_resources(slug, tmp_path):
+    impl = variants.get_variant(slug)
+    params = impl.params()
+    cubin, report = kernels.compile_cubin(impl.source, impl.defines(params), out=tmp_path / "k.cubin")
+    assert cubin.stat().st_size > 0
+    names = {r.name for r in report}
+    for kernel in impl.kernel_names:
+        assert kernel in names, f"{kernel} missing from ptxas report {names}"
+    for r in report:
+        assert 0 < r.registers <= 255
+        assert r.spill_store_bytes == 0, f"{r.name} spills registers"
+
+
+def test_every_cu_file_is_used_by_a_variant():
+    used = {impl.source for impl in variants.REGISTRY.values()}
+    on_disk = {str(p.relative_to(kernels.paths.kernels_dir())) for p in kernels.paths.kernels_dir().rglob("*.cu")}
+    assert on_disk <= used, f"kernel files without a registry entry: {sorted(on_disk - used)}"
+
+
+def test_compile_time_parameter_changes_the_code(tmp_path):
+    _, small = kernels.compile_cubin("lenet/00_baseline.cu", {"TILE_WIDTH": 4}, out=tmp_path / "a.cubin")
+    assert small[0].name == "conv_forward_baseline"
+
+
+def test_ptxas_parser_reads_registers_smem_and_spills():
+    text = """ptxas info    : Compiling entry function 'k' for 'sm_90'
+ptxas info    : Function properties for k
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 72 registers, used 1 barriers, 4096 bytes smem, 400 bytes cmem[0], 1024 bytes cmem[3]
+"""
+    (r,) = kernels.parse_ptxas(text)
+    assert (r.registers, r.shared_bytes, r.constant_bytes) == (72, 4096, 1024)
+    assert (r.stack_frame_bytes, r.spill_store_bytes, r.spill_load_bytes, r.barriers) == (8, 4, 12, 1)
+
+
+def test_bad_define_names_are_rejected():
+    with pytest.raises(ShapeError, match="UPPER_CASE"):
+        kernels.define_options({"tile": 3})
+
+
+def test_shapes_are_validated_before_any_launch():
+    with pytest.raises(ShapeError, match="larger than the input"):
+        ConvShape.from_arrays((2, 1, 5, 5), (4, 1, 7, 7))
+    with pytest.raises(ShapeError, match="channels"):
+        ConvShape.from_arrays((2, 3, 9, 9), (4, 1, 3, 3))
+    with pytest.raises(ShapeError, match="positive"):
+        ConvShape.from_arrays((0, 1, 9, 9), (4, 1, 3, 3))
+    s = ConvShape.from_arrays((2, 3, 9, 12), (5, 3, 4, 4))
+    assert s.y_shape == (2, 5, 6, 9)
+    assert s.flops == 2 * 2 * 5 * 3 * 16 * 6 * 9
+    with pytest.raises(ShapeError, match="batch"):
+        layer_shape("C1", 0)
+
+
+def test_baseline_refuses_out_of_limit_shapes_with_the_limit_named():
+    impl = variants.get_variant("baseline")
+    with pytest.raises(ShapeError, match="65535"):
+        impl.validate(ConvShape(B=70000, M=4, C=1, H=8, W=8, K=3), impl.params())
+    with pytest.raises(ShapeError, match="32-bit"):
+        impl.validate(ConvShape(B=60000, M=16, C=4, H=200, W=200, K=3), impl.params())
+    with pytest.raises(ShapeError, match="between 1 and 32"):
+        impl.validate(layer_shape("C1", 1), impl.params(tile_width=64))

@@ -1,0 +1,85 @@
+import pytest
+
+from kernelbook import report, session
+from kernelbook.errors import GPUUnavailable, ResultsError, ShapeError
+from kernelbook.lenet.study import run_chapter
+
+from conftest import fabricate_chapter
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setenv("KERNELBOOK_NO_GPU", "1")
+    session.gpu.availability.cache_clear()
+    yield
+    session.gpu.availability.cache_clear()
+
+
+def test_auto_mode_without_gpu_replays_and_says_so(results_root, no_gpu):
+    run = fabricate_chapter(results_root)
+    chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="auto")
+    assert chapter.session.mode == "replay"
+    assert "Replayed" in chapter.label and "not measured now" in chapter.label
+    assert "Test GPU 9000" in chapter.label and "abc123def456" in chapter.label and run.run_id in chapter.label
+    frame = report.milestone_frame(chapter)
+    assert list(frame.columns) == report.MILESTONE_COLUMNS
+    assert frame["Batch Size"].tolist() == [100, 1000]
+    assert frame.loc[1, "Op Time 2"] == "20.000 ms"  # 0.01 * 1000 * 2, the median of the samples
+    html = report.milestone_table(chapter).to_html()
+    assert "Replayed" in html and "Test GPU 9000" in html
+
+
+def test_measure_mode_without_gpu_is_refused_with_fix(results_root, no_gpu):
+    with pytest.raises(GPUUnavailable, match="mode='replay'"):
+        session.start("lenet-baseline", mode="measure")
+
+
+def test_unknown_mode_and_missing_replay_are_clear(results_root, no_gpu):
+    with pytest.raises(ShapeError, match="auto"):
+        session.start("lenet-baseline", mode="fast")
+    with pytest.raises(ResultsError, match="No recorded run"):
+        session.start("lenet-baseline", mode="replay")
+    run = fabricate_chapter(results_root)
+    with pytest.raises(ResultsError, match="holds no measurements"):
+        session.start("lenet-tiled", mode="replay", replay_run=run.run_id)
+
+
+def test_failed_variant_shows_failed_and_no_times(results_root, no_gpu):
+    fabricate_chapter(results_root, correct=False)
+    chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="replay")
+    assert not chapter.correct
+    frame = report.milestone_frame(chapter)
+    assert (frame["Op Time 1"] == "FAILED check").all()
+    assert report.throughput(chapter).empty
+    assert "failed" in report.expectations(chapter)[0]
+
+
+def test_bad_chapter_parameters_are_rejected_before_anything_runs(results_root, no_gpu):
+    with pytest.raises(ShapeError, match="batch=0"):
+        run_chapter("baseline", batch_sizes=[0])
+    with pytest.raises(ShapeError, match="10000"):
+        run_chapter("baseline", batch_sizes=[20000])
+    with pytest.raises(ShapeError, match="tile_width"):
+        run_chapter("baseline", params={"tile_size": 8})
+    with pytest.raises(ShapeError, match="repeats"):
+        run_chapter("baseline", repeats=0)
+    from kernelbook.errors import VariantError
+
+    with pytest.raises(VariantError, match="baseline"):
+        run_chapter("warp-speed")
+
+
+def test_expectations_are_computed_from_the_numbers(results_root, no_gpu):
+    fabricate_chapter(results_root)
+    chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="replay")
+    lines = report.expectations(chapter)
+    assert any("C1: 10× the images took 10.0× the op time" in line for line in lines)
+    assert any("C3 does 2.89× C1's arithmetic and took 2.00× its time" in line for line in lines)
+    assert any("68%" in line for line in lines)  # layer time 3.15x op time
+
+
+def test_reported_numbers_are_labelled_with_seed_and_gpu():
+    frame = report.reported("baseline")
+    assert set(frame["seed"]) >= {"000_5388518cb9c15bca.txt", "003_4c82151979bc1aa8.txt"}
+    html = report.reported_table("baseline").to_html()
+    assert "Reported" in html and "TITAN V" in html
