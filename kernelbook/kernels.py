@@ -46,15 +46,23 @@ def define_options(defines: Mapping[str, object]) -> tuple[str, ...]:
 
 
 def source_hash(relpath: str) -> str:
-    return hashlib.sha256(source_path(relpath).read_bytes()).hexdigest()[:16]
+    """Hash of the file and of the files it #includes from its folder (one level is enough here)."""
+    src = source_path(relpath)
+    digest = hashlib.sha256(src.read_bytes())
+    for name in re.findall(r'#include\s+"([^"]+)"', src.read_text()):
+        included = src.parent / name
+        if included.is_file():
+            digest.update(included.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=256)
 def _module(relpath: str, digest: str, options: tuple[str, ...]):
     import cupy as cp
 
-    code = source_path(relpath).read_text()
-    module = cp.RawModule(code=code, options=("--std=c++17",) + options)
+    src = source_path(relpath)
+    # -I lets a step #include the previous step's file instead of repeating its kernel.
+    module = cp.RawModule(code=src.read_text(), options=("--std=c++17", f"-I{src.parent}") + options)
     module.compile()  # compile now, never inside a timed region
     return module
 

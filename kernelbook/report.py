@@ -119,15 +119,21 @@ def reported(step: str | None = None, study: str = "lenet") -> pd.DataFrame:
 
 def reported_table(step: str, study: str = "lenet"):
     frame = reported(step, study)
+    if frame.empty:
+        return styled(pd.DataFrame({"": [f"No seed write-up reports the {step} step."]}), "Reported by the seeds")
     out = pd.DataFrame({
         "Source (seed, GPU)": frame["seed"] + ", " + frame["gpu"],
         "What": frame["seed_label"],
         "Batch Size": frame["batch"],
         "Op Time 1": frame["op_time_1_ms"].map(_maybe_ms),
         "Op Time 2": frame["op_time_2_ms"].map(_maybe_ms),
+        "Layer Time 1": frame["layer_time_1_ms"].map(_maybe_ms),
+        "Layer Time 2": frame["layer_time_2_ms"].map(_maybe_ms),
         "Total Execution Time": frame["total_time_s"].map(lambda s: "–" if pd.isna(s) else f"{s:.3f} s"),
         "Accuracy": frame["accuracy"].map(lambda a: "–" if pd.isna(a) else f"{a:g}"),
     })
+    if frame[["layer_time_1_ms", "layer_time_2_ms"]].isna().all().all():
+        out = out.drop(columns=["Layer Time 1", "Layer Time 2"])
     return styled(out, "Reported by the seed write-ups (their GPUs, their whole-program times; not measured here).")
 
 
@@ -237,3 +243,30 @@ def expectations(chapter) -> list[str]:
         lines.append(f"Accuracy on the first {large} test images: {acc['value']:.4f} with this book's "
                      "own trained weights (the seeds used the course's weights).")
     return lines
+
+
+def delta_table(steps: dict):
+    """Op time of this step beside the baseline's and the previous step's, with the speedups."""
+    names = list(steps)
+    current = steps[names[-1]]
+    rows = []
+    for layer in ("C1", "C3"):
+        batches = sorted({r["batch"] for r in current.records if r["metric"] == "op_time_ms" and r["layer"] == layer})
+        for batch in batches:
+            row = {"Layer": layer, "Batch Size": batch}
+            mine = _find(current.records, "op_time_ms", layer, batch)
+            for name in names:
+                chapter = steps[name]
+                found = _find(chapter.records, "op_time_ms", layer, batch) if chapter.correct else None
+                row[name.split(":")[0].capitalize()] = format_ms(found["value"]) if found else "–"
+                if name != names[-1] and found and mine:
+                    row[f"speedup vs {name.split(':')[0]}"] = f"{found['value'] / mine['value']:.2f}×"
+            rows.append(row)
+    caption = " | ".join(f"{name}: {ch.session.short_label}" for name, ch in steps.items())
+    return styled(pd.DataFrame(rows), f"Op time against earlier steps (medians). {caption}")
+
+
+def best_config_table(grid, layers=("C1", "C3")):
+    rows = [{"Layer": layer, "Best configuration": ", ".join(f"{k}={v}" for k, v in grid.best(layer).items())}
+            for layer in layers]
+    return styled(pd.DataFrame(rows), f"Fastest correct configuration per layer at the largest batch. {grid.label}")

@@ -317,6 +317,7 @@ def record(
             max=value.max,
             samples=list(value.samples),
             unit=value.unit,
+            **value.extra,
         )
     else:
         rec["value"] = None if value is None else float(value)

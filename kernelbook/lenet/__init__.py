@@ -10,6 +10,7 @@ Public API::
 from __future__ import annotations
 
 from .variants import REGISTRY, ConvShape, ConvVariant, get_variant
+from . import direct, gemm  # noqa: F401  (their @register lines fill REGISTRY, in book order)
 from ..errors import ShapeError
 
 # The two layers the book studies ("Op 1" and "Op 2"), per image: x (C,H,W) and k (M,C,K,K).

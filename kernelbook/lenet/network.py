@@ -49,8 +49,10 @@ class GpuLeNet:
         impl = get_variant(self.variant)
         self._params = {layer: impl.params(**{**self.params, **self.layer_params.get(layer, {})})
                         for layer in ("C1", "C3")}
-        for merged in self._params.values():
-            impl.prepare(merged)  # compile before anything is timed
+        from . import layer_shape
+
+        for layer, merged in self._params.items():
+            impl.prepare(merged, layer_shape(layer, 1))  # compile before anything is timed
         w = self.weights
         self.k1 = cp.asarray(np.ascontiguousarray(w.conv1, dtype=np.float32))
         self.k3 = cp.asarray(np.ascontiguousarray(w.conv2, dtype=np.float32))

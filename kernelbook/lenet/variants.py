@@ -108,8 +108,8 @@ class ConvVariant:
         merged.update(overrides)
         return merged
 
-    def defines(self, params: dict) -> dict:
-        """Compile-time parameters (``-D``) derived from ``params``."""
+    def defines(self, params: dict, shape: ConvShape) -> dict:
+        """Compile-time parameters (``-D``) for ``params`` and ``shape`` (e.g. K as a constant)."""
         return {}
 
     def validate(self, shape: ConvShape, params: dict) -> None:
@@ -123,12 +123,39 @@ class ConvVariant:
     def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
         raise NotImplementedError
 
-    def prepare(self, params: dict) -> None:
-        """Compile everything ``launch`` will need, so compilation stays out of timings."""
+    graph_capturable: ClassVar[bool] = True  # False when launch() uses streams of its own
+
+    def layer_round_trip(self, k, x_host, shape: ConvShape, params: dict):
+        """A callable for Layer Time: host input -> device -> kernel(s) -> host output.
+
+        Device buffers are allocated here, once, like the course's prolog; the callable copies,
+        computes and copies back, which is what Layer Time times.
+        """
+        import cupy as cp
+        import numpy as np
+
+        x_dev = cp.empty(shape.x_shape, dtype=cp.float32)
+        y_dev = cp.empty(shape.y_shape, dtype=cp.float32)
+        y_host = np.empty(shape.y_shape, dtype=np.float32)
+
+        def round_trip():
+            x_dev.set(x_host)
+            self.launch(y_dev, x_dev, k, shape, params)
+            y_dev.get(out=y_host)
+
+        return round_trip
+
+    def prepare(self, params: dict, shape: ConvShape) -> None:
+        """Compile everything ``launch`` will need for ``shape``, so compilation stays out of timings."""
         from .. import kernels
 
         for name in self.kernel_names:
-            kernels.get_kernel(self.source, name, self.defines(params))
+            kernels.get_kernel(self.source, name, self.defines(params, shape))
+
+    def kernel(self, name: str, params: dict, shape: ConvShape):
+        from .. import kernels
+
+        return kernels.get_kernel(self.source, name, self.defines(params, shape))
 
 
 REGISTRY: dict[str, ConvVariant] = {}
@@ -147,7 +174,7 @@ def get_variant(slug: str) -> ConvVariant:
                            f"use one of: {', '.join(REGISTRY)}.") from None
 
 
-def _ceil_div(a: int, b: int) -> int:
+def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
@@ -159,7 +186,7 @@ class Baseline(ConvVariant):
     kernel_names = ("conv_forward_baseline",)
     defaults = {"tile_width": 16}
 
-    def defines(self, params: dict) -> dict:
+    def defines(self, params: dict, shape: ConvShape) -> dict:
         return {"TILE_WIDTH": params["tile_width"]}
 
     def validate(self, shape: ConvShape, params: dict) -> None:
@@ -173,16 +200,14 @@ class Baseline(ConvVariant):
                              f"split the batch (or the maps) into chunks of at most {GRID_YZ_MAX}.")
 
     def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        from .. import kernels
-
         tile = params["tile_width"]
-        kernel = kernels.get_kernel(self.source, self.kernel_names[0], self.defines(params))
-        tiles = _ceil_div(shape.H_out, tile) * _ceil_div(shape.W_out, tile)
+        kernel = self.kernel(self.kernel_names[0], params, shape)
+        tiles = ceil_div(shape.H_out, tile) * ceil_div(shape.W_out, tile)
         kernel((tiles, shape.M, shape.B), (tile, tile, 1),
-               (y, x, k, *_int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+               (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
 
 
-def _int32(*values: int):
+def int32(*values: int):
     import numpy as np
 
     return tuple(np.int32(v) for v in values)

@@ -1,0 +1,270 @@
+"""Direct-convolution steps: constant memory, sweep, tiling, restrict + unrolling, streams.
+
+Each class is one registry entry and one ``kernels/lenet/NN_*.cu`` file, in book order.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import ShapeError
+from .variants import GRID_YZ_MAX, ConvShape, ConvVariant, ceil_div, int32, register
+
+CONST_CAPACITY = 16384         # floats: the 64 KiB constant bank available to user data
+STATIC_SHARED_LIMIT = 48 * 1024  # bytes a block may use without opting in
+
+
+def _check_block(threads: int, what: str) -> None:
+    if not 1 <= threads <= 1024:
+        raise ShapeError(f"{what} gives {threads} threads per block; CUDA allows 1 to 1024.",
+                         "choose a smaller tile or fewer images per block.")
+
+
+def _positive_int(params: dict, *names: str) -> None:
+    for name in names:
+        value = params[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ShapeError(f"{name}={value!r} must be a positive integer.", f"pass {name} >= 1.")
+
+
+class ConstantMask(ConvVariant):
+    """Shared behaviour of the steps that keep the mask in ``__constant__ float k_const[]``."""
+
+    def validate(self, shape: ConvShape, params: dict) -> None:
+        super().validate(shape, params)
+        size = shape.M * shape.C * shape.K * shape.K
+        if size > CONST_CAPACITY:
+            raise ShapeError(
+                f"The mask holds M*C*K*K = {size} floats; constant memory holds {CONST_CAPACITY} "
+                f"({CONST_CAPACITY * 4 // 1024} KiB).",
+                "use a variant that reads the mask from global memory (e.g. baseline or tiled "
+                "GEMM steps), or split the output maps into groups that fit.",
+            )
+        if shape.M > GRID_YZ_MAX:
+            raise ShapeError(f"M={shape.M} goes to grid y, which stops at {GRID_YZ_MAX}.",
+                             f"split the maps into groups of at most {GRID_YZ_MAX}.")
+
+    def upload_mask(self, k, params: dict, shape: ConvShape, stream=None) -> None:
+        """Copy k into the module's constant bank, ordered on ``stream`` before the launch."""
+        from .. import kernels
+
+        module = kernels.get_module(self.source, self.defines(params, shape))
+        module.get_global("k_const").copy_from_device_async(k.data, k.nbytes, stream)
+
+
+@register
+class ConstantMemory(ConstantMask):
+    """Step 01: the baseline's mapping, weights read through the constant cache.
+
+    Prediction: the weight load becomes a uniform constant-cache broadcast, taking one load per
+    FMA off the LSU path: a modest gain (10-30 %), larger for C1 whose input plane is one channel.
+    """
+
+    slug = "constant-memory"
+    title = "Weights in constant memory"
+    source = "lenet/01_constant_memory.cu"
+    kernel_names = ("conv_forward_constant",)
+    defaults = {"tile_width": 16}
+
+    def defines(self, params, shape):
+        return {"TILE_WIDTH": params["tile_width"], "CONST_CAPACITY": CONST_CAPACITY}
+
+    def validate(self, shape, params):
+        super().validate(shape, params)
+        _positive_int(params, "tile_width")
+        _check_block(params["tile_width"] ** 2, f"tile_width={params['tile_width']}")
+        if shape.B > GRID_YZ_MAX:
+            raise ShapeError(f"B={shape.B} goes to grid z, which stops at {GRID_YZ_MAX}.",
+                             f"split the batch into chunks of at most {GRID_YZ_MAX} images.")
+
+    def launch(self, y, x, k, shape, params, stream=None):
+        tile = params["tile_width"]
+        self.upload_mask(k, params, shape, stream)
+        tiles = ceil_div(shape.H_out, tile) * ceil_div(shape.W_out, tile)
+        self.kernel(self.kernel_names[0], params, shape)(
+            (tiles, shape.M, shape.B), (tile, tile, 1),
+            (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+
+
+@register
+class Sweep(ConstantMask):
+    """Step 02: block shape x outputs per thread x images per block, chosen per layer by measuring.
+
+    Prediction: C3's 34x34 plane wastes up to half a 16x16 block's threads; a shape that fits
+    (17x17) or several images per block should move C3 more than C1.
+    """
+
+    slug = "sweep"
+    title = "Parameter sweep: block shape, coarsening, images per block"
+    source = "lenet/02_sweep.cu"
+    kernel_names = ("conv_forward_sweep",)
+    defaults = {"tile_w": 16, "tile_h": 16, "out_per_thread": 1, "imgs_per_block": 1}
+
+    def defines(self, params, shape):
+        return {"TILE_W": params["tile_w"], "TILE_H": params["tile_h"],
+                "OUT_PER_THREAD": params["out_per_thread"], "IMGS_PER_BLOCK": params["imgs_per_block"],
+                "CONST_CAPACITY": CONST_CAPACITY}
+
+    def validate(self, shape, params):
+        super().validate(shape, params)
+        _positive_int(params, *self.defaults)
+        threads = params["tile_w"] * params["tile_h"] * params["imgs_per_block"]
+        _check_block(threads, f"{params['tile_w']}x{params['tile_h']}x{params['imgs_per_block']}")
+        if params["out_per_thread"] > 16:
+            raise ShapeError(f"out_per_thread={params['out_per_thread']} keeps too many accumulators.",
+                             "pass out_per_thread <= 16.")
+        if ceil_div(shape.B, params["imgs_per_block"]) > GRID_YZ_MAX:
+            raise ShapeError(f"B={shape.B} needs more than {GRID_YZ_MAX} blocks in grid z.",
+                             "raise imgs_per_block or split the batch.")
+
+    def launch(self, y, x, k, shape, params, stream=None):
+        tw, th = params["tile_w"], params["tile_h"]
+        per, imgs = params["out_per_thread"], params["imgs_per_block"]
+        self.upload_mask(k, params, shape, stream)
+        tiles = ceil_div(shape.H_out, th) * ceil_div(shape.W_out, tw * per)
+        self.kernel(self.kernel_names[0], params, shape)(
+            (tiles, shape.M, ceil_div(shape.B, imgs)), (tw, th, imgs),
+            (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+
+    @staticmethod
+    def grid(block_shapes=((4, 4), (8, 8), (16, 16), (17, 17), (20, 20), (32, 32), (32, 4), (32, 8)),
+             out_per_thread=(1, 2, 4), imgs_per_block=(1, 2, 4)) -> list[dict]:
+        """The sweep's configurations (the seeds' square blocks plus warp-wide rows)."""
+        configs = []
+        for (tw, th) in block_shapes:
+            for per in out_per_thread:
+                for imgs in imgs_per_block:
+                    if tw * th * imgs <= 1024:
+                        configs.append({"tile_w": tw, "tile_h": th, "out_per_thread": per, "imgs_per_block": imgs})
+        return configs
+
+
+class TiledBase(ConstantMask):
+    defaults = {"tile_width": 16, "imgs_per_block": 4}
+
+    def patch_bytes(self, shape: ConvShape, params: dict) -> int:
+        side = params["tile_width"] + shape.K - 1
+        return params["imgs_per_block"] * side * side * 4
+
+    def validate(self, shape, params):
+        super().validate(shape, params)
+        _positive_int(params, "tile_width", "imgs_per_block")
+        _check_block(params["tile_width"] ** 2 * params["imgs_per_block"],
+                     f"tile_width={params['tile_width']}, imgs_per_block={params['imgs_per_block']}")
+        need = self.patch_bytes(shape, params)
+        if need > STATIC_SHARED_LIMIT:
+            raise ShapeError(
+                f"The input patch needs {need} bytes of shared memory per block (K={shape.K}); "
+                f"the limit without opt-in is {STATIC_SHARED_LIMIT}.",
+                "use a smaller tile_width or imgs_per_block.")
+        if ceil_div(shape.B, params["imgs_per_block"]) > GRID_YZ_MAX:
+            raise ShapeError(f"B={shape.B} needs more than {GRID_YZ_MAX} blocks in grid z.",
+                             "raise imgs_per_block or split the batch.")
+
+    def grid_block(self, shape, params):
+        tile, imgs = params["tile_width"], params["imgs_per_block"]
+        tiles = ceil_div(shape.H_out, tile) * ceil_div(shape.W_out, tile)
+        return (tiles, shape.M, ceil_div(shape.B, imgs)), (tile, tile, imgs)
+
+
+@register
+class Tiled(TiledBase):
+    """Step 03: input patch (tile + halo) in shared memory, several images per block in z.
+
+    Prediction: each input pixel leaves global memory once per block and channel instead of up
+    to K*K times; with the re-reads served by shared memory both layers should drop by 2-5x.
+    """
+
+    slug = "tiled"
+    title = "Tiled shared-memory convolution"
+    source = "lenet/03_tiled.cu"
+    kernel_names = ("conv_forward_tiled",)
+
+    def defines(self, params, shape):
+        return {"TILE_WIDTH": params["tile_width"], "IMGS_PER_BLOCK": params["imgs_per_block"],
+                "CONST_CAPACITY": CONST_CAPACITY}
+
+    def launch(self, y, x, k, shape, params, stream=None):
+        self.upload_mask(k, params, shape, stream)
+        grid, block = self.grid_block(shape, params)
+        self.kernel(self.kernel_names[0], params, shape)(
+            grid, block, (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)),
+            stream=stream, shared_mem=self.patch_bytes(shape, params))
+
+
+@register
+class RestrictUnroll(TiledBase):
+    """Step 04: K as a compile-time constant, the window fully unrolled, __restrict__ pointers.
+
+    Prediction: the inner loop loses its counters and index arithmetic (49 FFMA with constant
+    shared offsets for K=7); fewer instructions per FMA should cut 20-40 % off both layers.
+    """
+
+    slug = "restrict-unroll"
+    title = "__restrict__ and loop unrolling"
+    source = "lenet/04_restrict_unroll.cu"
+    kernel_names = ("conv_forward_restrict_unroll",)
+
+    def defines(self, params, shape):
+        return {"TILE_WIDTH": params["tile_width"], "IMGS_PER_BLOCK": params["imgs_per_block"],
+                "KSIZE": shape.K, "CONST_CAPACITY": CONST_CAPACITY}
+
+    def launch(self, y, x, k, shape, params, stream=None):
+        self.upload_mask(k, params, shape, stream)
+        self.launch_kernel(y, x, shape, params, stream)
+
+    def launch_kernel(self, y, x, shape, params, stream=None):
+        """The kernel alone (the mask already in constant memory)."""
+        grid, block = self.grid_block(shape, params)
+        self.kernel(self.kernel_names[0], params, shape)(
+            grid, block, (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W)), stream=stream)
+
+
+@register
+class Streams(RestrictUnroll):
+    """Step 05: step 04's kernel, the batch cut into chunks over several streams.
+
+    Prediction: with pinned host memory the copies (most of Layer Time) overlap with each
+    other's directions and with the kernels, so Layer Time falls towards the larger of the two
+    copy times; with pageable memory little changes. Op Time cannot improve.
+    """
+
+    slug = "streams"
+    title = "Streams: overlapping copies and kernels"
+    source = "lenet/05_streams.cu"
+    kernel_names = ("conv_forward_restrict_unroll",)
+    defaults = {"tile_width": 16, "imgs_per_block": 4, "n_streams": 4, "chunks_per_stream": 4,
+                "host_memory": "pinned"}
+    graph_capturable = False
+
+    def layer_round_trip(self, k, x_host, shape, params):
+        from .streams import LayerPipeline
+
+        return LayerPipeline(self, k, x_host, shape, params)
+
+    def validate(self, shape, params):
+        super().validate(shape, params)
+        _positive_int(params, "n_streams", "chunks_per_stream")
+        if params["n_streams"] > 64:
+            raise ShapeError(f"n_streams={params['n_streams']} is more than this step uses.", "pass 1 to 64 streams.")
+        if params["host_memory"] not in ("pinned", "pageable"):
+            raise ShapeError(f"host_memory={params['host_memory']!r} is not 'pinned' or 'pageable'.",
+                             "pass host_memory='pinned' or 'pageable'.")
+
+    def chunks(self, batch: int, params: dict) -> list[tuple[int, int]]:
+        """Image ranges [start, stop): n_streams * chunks_per_stream pieces, at least one image each."""
+        pieces = min(batch, params["n_streams"] * params["chunks_per_stream"])
+        size = math.ceil(batch / pieces)
+        return [(start, min(start + size, batch)) for start in range(0, batch, size)]
+
+    def launch(self, y, x, k, shape, params, stream=None):
+        """Op Time: the chunks' kernels spread over the streams, data already on the device."""
+        from .streams import stream_pool
+
+        self.upload_mask(k, params, shape, stream)
+        if stream is not None:
+            stream.synchronize()  # the mask copy must land before other streams read it
+        pool = stream_pool(params["n_streams"])
+        for i, (start, stop) in enumerate(self.chunks(shape.B, params)):
+            part = ConvShape(stop - start, shape.M, shape.C, shape.H, shape.W, shape.K)
+            self.launch_kernel(y[start:stop], x[start:stop], part, params, pool[i % len(pool)])
