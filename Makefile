@@ -1,0 +1,58 @@
+# kernelbook: build the book, run the tests.
+#
+#   make book                      execute the notebooks (measure on a GPU, replay without) and build
+#   make book MODE=replay          never measure, even on a GPU
+#   make book ONLY='lenet/*' PARAMS='repeats=20 batch_sizes=[100,1000]'
+#   make test                      the tests that need no GPU (the book build included)
+#   make test-gpu                  the tests that need a CUDA GPU
+#   make clean                     remove _build/ (the environment stays; `make distclean` removes it too)
+#
+# The environment is .venv/, created from pyproject.toml; it is reinstalled when pyproject.toml
+# changes. PARAMS is a space-separated list of NAME=VALUE (each becomes `-p NAME=VALUE`), so a
+# value cannot contain spaces: write [100,1000], not [100, 1000].
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+MODE   ?= auto
+ONLY   ?=
+PARAMS ?=
+STRICT ?= 1
+
+RUN_ARGS   := --mode $(MODE) $(if $(ONLY),--only '$(ONLY)') $(foreach p,$(PARAMS),-p '$(p)')
+BUILD_ARGS := $(if $(filter 1,$(STRICT)),,--no-strict)
+
+.PHONY: book run build test test-gpu clean distclean env
+
+# One recipe, not `book: run build`, so that `make -j` cannot build before the batch is done.
+book: $(STAMP)
+	$(BIN)/kernelbook run $(RUN_ARGS)
+	$(BIN)/kernelbook build $(BUILD_ARGS)
+
+env: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing kernelbook and its dependencies into $(VENV) ..."
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[test]"
+	@touch $@
+
+run: $(STAMP)
+	$(BIN)/kernelbook run $(RUN_ARGS)
+
+build: $(STAMP)
+	$(BIN)/kernelbook build $(BUILD_ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not gpu" -v
+
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -m gpu -v
+
+clean:
+	rm -rf _build
+
+distclean: clean
+	rm -rf $(VENV)

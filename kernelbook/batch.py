@@ -1,0 +1,407 @@
+"""The papermill batch: execute every notebook of the book, once, with shared parameters.
+
+Why a batch of its own instead of letting Jupyter Book execute the pages: a measured book must
+put all of its numbers into *one* recorded run (one run id, one device, one commit), a crash in
+one chapter must not hide the results of the others, and the executed notebooks must survive as
+files that the build (``kernelbook.build``) and the device round trip
+(``scripts/device_run.sh``) can pick up. Papermill gives us parameter injection into the
+``parameters``-tagged cell and keeps the partially executed notebook when a cell raises.
+
+The notebooks are MyST Markdown files (jupytext text notebooks); each one is converted to
+``.ipynb`` in memory, executed in its own folder, and written to
+``<out_dir>/<path relative to book/>.ipynb``. ``<out_dir>/batch.json`` says what ran, how it
+ended and with which parameters.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import json
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from . import paths, results
+from .errors import KernelbookError
+
+#: Parameters every notebook defines; the batch always passes them, so they are never "unknown".
+ALWAYS_PASSED = ("mode", "run_id")
+#: What ``mode`` may be (the same words as ``kernelbook.session.MODES``, kept here so that the
+#: batch does not import the GPU-probing session module just to validate a string).
+MODES = ("auto", "measure", "replay")
+NOTEBOOK_SUFFIXES = (".md", ".ipynb")
+
+
+class BatchError(KernelbookError, ValueError):
+    """The batch cannot start: bad table of contents, pattern, parameter or mode."""
+
+
+# ----------------------------------------------------------------------------- finding notebooks
+
+
+def _toc_files(entry: Any) -> list[str]:
+    """Every ``file:`` named in a (nested) jb-book table of contents entry, in reading order."""
+    found: list[str] = []
+    if isinstance(entry, dict):
+        if "root" in entry:
+            found.append(str(entry["root"]))
+        if "file" in entry:
+            found.append(str(entry["file"]))
+        for key in ("parts", "chapters", "sections"):
+            for child in entry.get(key) or []:
+                found.extend(_toc_files(child))
+    elif isinstance(entry, list):
+        for child in entry:
+            found.extend(_toc_files(child))
+    return found
+
+
+def _front_matter(path: Path) -> dict:
+    """The YAML front matter of a Markdown file, or ``{}`` when it has none."""
+    text = path.read_text(encoding="utf-8")
+    if not text.startswith("---"):
+        return {}
+    lines = text.splitlines()
+    for end, line in enumerate(lines[1:], start=1):
+        if line.strip() == "---":
+            try:
+                data = yaml.safe_load("\n".join(lines[1:end]))
+            except yaml.YAMLError:
+                return {}
+            return data if isinstance(data, dict) else {}
+    return {}
+
+
+def is_notebook(path: Path) -> bool:
+    """An ``.ipynb``, or a MyST ``.md`` whose front matter makes it a jupytext notebook.
+
+    Plain Markdown pages (the introduction) have no kernel and are not executed.
+    """
+    path = Path(path)
+    if path.suffix == ".ipynb":
+        return True
+    if path.suffix == ".md":
+        meta = _front_matter(path)
+        return "jupytext" in meta or "kernelspec" in meta
+    return False
+
+
+def _resolve_entry(base: Path, name: str, toc: Path) -> Path:
+    """The source file of a toc entry (entries are written without extension)."""
+    candidate = base / name
+    if candidate.suffix in NOTEBOOK_SUFFIXES and candidate.is_file():
+        return candidate
+    for suffix in NOTEBOOK_SUFFIXES:
+        path = candidate.with_name(candidate.name + suffix)
+        if path.is_file():
+            return path
+    raise BatchError(
+        f"{toc} names {name!r}, but neither {name}.md nor {name}.ipynb exists under {base}.",
+        f"create the page or remove the entry from {toc.name}.",
+    )
+
+
+def book_notebooks(toc: Path | None = None) -> list[Path]:
+    """The notebooks of the book, in table-of-contents order (plain pages left out)."""
+    toc = Path(toc) if toc else paths.REPO_ROOT / "_toc.yml"
+    if not toc.is_file():
+        raise BatchError(f"No table of contents at {toc}.", "create _toc.yml (jb-book format) at the repo root.")
+    try:
+        data = yaml.safe_load(toc.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise BatchError(f"{toc} is not valid YAML ({exc}).", f"fix the syntax of {toc.name}.") from exc
+    if not isinstance(data, dict) or "root" not in data:
+        raise BatchError(f"{toc} has no 'root' entry.", "use the jb-book format: `format: jb-book`, `root: book/intro`.")
+    sources = [_resolve_entry(toc.parent, name, toc) for name in _toc_files(data)]
+    return [path for path in sources if is_notebook(path)]
+
+
+def notebook_name(path: Path, book_root: Path) -> str:
+    """How the batch names a notebook: its path under ``book/`` without extension (``lenet/00_baseline``)."""
+    path, book_root = Path(path).resolve(), Path(book_root).resolve()
+    try:
+        relative = path.relative_to(book_root)
+    except ValueError:
+        raise BatchError(
+            f"Notebook {path} is not under the book folder {book_root}.",
+            "keep every notebook of _toc.yml inside book/.",
+        ) from None
+    return relative.with_suffix("").as_posix()
+
+
+def select(notebooks: list[Path], only: str | None, book_root: Path) -> list[Path]:
+    """The notebooks whose name (or name with extension) matches the fnmatch pattern ``only``."""
+    if not only:
+        return list(notebooks)
+    chosen = [
+        nb for nb in notebooks
+        if fnmatch.fnmatchcase(notebook_name(nb, book_root), only)
+        or fnmatch.fnmatchcase(Path(nb).resolve().relative_to(Path(book_root).resolve()).as_posix(), only)
+    ]
+    if not chosen:
+        names = ", ".join(notebook_name(nb, book_root) for nb in notebooks) or "none"
+        raise BatchError(
+            f"--only {only!r} matches no notebook of the book (the notebooks are: {names}).",
+            "pass a pattern relative to book/, e.g. --only 'lenet/*' or --only '*baseline*'.",
+        )
+    return chosen
+
+
+# ----------------------------------------------------------------------------- parameters
+
+
+def parse_parameter(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` -> ``(NAME, value)``: a Python literal when VALUE is one, else the string.
+
+    ``batch_sizes=[100,1000]`` gives a list, ``repeats=20`` an int, ``variant=tiled`` the
+    string ``'tiled'`` (so shells need no extra quoting for plain words).
+    """
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier():
+        raise BatchError(
+            f"-p {text!r} is not NAME=VALUE with NAME a Python identifier.",
+            "write it like -p batch_sizes=[100,1000] or -p variant=tiled.",
+        )
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        value = raw
+    return name, value
+
+
+def parse_parameters(items: list[str] | None) -> dict:
+    """Several ``-p`` options into one dict (a repeated name keeps its last value)."""
+    return dict(parse_parameter(item) for item in items or [])
+
+
+def _load_source(path: Path):
+    """The notebook as an nbformat node, converted from MyST by jupytext when needed."""
+    import jupytext
+    import nbformat
+
+    if path.suffix == ".ipynb":
+        nb = nbformat.read(path, as_version=4)
+    else:
+        nb = jupytext.read(path)
+        # The executed copy is an artifact, not a paired notebook: drop the pairing metadata.
+        nb.metadata.pop("jupytext", None)
+    return nb
+
+
+def _has_parameters_cell(nb) -> bool:
+    return any("parameters" in (cell.get("metadata", {}).get("tags") or []) for cell in nb.cells)
+
+
+def _check_parameters(name: str, source: Path, ipynb: Path, nb, parameters: dict) -> None:
+    """Refuse names the notebook's ``parameters`` cell does not define (papermill only warns)."""
+    from papermill import inspect_notebook
+
+    if not _has_parameters_cell(nb):
+        raise BatchError(
+            f"Notebook {name} ({source}) has no cell tagged 'parameters'.",
+            "tag its first code cell with `:tags: [parameters]` and define mode and run_id there.",
+        )
+    defined = set(inspect_notebook(str(ipynb)))
+    unknown = sorted(set(parameters) - defined - set(ALWAYS_PASSED))
+    if unknown:
+        valid = ", ".join(sorted(defined | set(ALWAYS_PASSED)))
+        raise BatchError(
+            f"Notebook {name} does not define the parameter(s) {', '.join(unknown)}; "
+            f"its parameters are: {valid}.",
+            "pass only those names with -p, or narrow the batch with --only to notebooks that define them.",
+        )
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+@dataclass
+class NotebookResult:
+    """How one notebook of the batch ended."""
+
+    name: str
+    path: str
+    output: str
+    status: str = "pending"  # pending, ok, failed
+    seconds: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class BatchReport:
+    """What ``run_batch`` did; ``batch.json`` is this object as JSON."""
+
+    run_id: str
+    mode: str
+    parameters: dict
+    out_dir: str
+    started_utc: str
+    finished_utc: str | None = None
+    notebooks: list[NotebookResult] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[NotebookResult]:
+        return [nb for nb in self.notebooks if nb.status != "ok"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _short_error(exc: BaseException, limit: int = 300) -> str:
+    """One line for the progress log: the exception type, and the notebook's own error inside it."""
+    from papermill.exceptions import PapermillExecutionError
+
+    if isinstance(exc, PapermillExecutionError):
+        detail = f"{exc.ename}: {exc.evalue}"
+        if exc.exec_count is not None:
+            detail = f"cell [{exc.exec_count}] {detail}"
+    else:
+        detail = str(exc)
+    detail = " ".join(detail.split())
+    if len(detail) > limit:
+        detail = detail[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+def _relative(path: Path) -> str:
+    """A path relative to the repository when it lies inside it (batch.json stays portable)."""
+    try:
+        return Path(path).resolve().relative_to(paths.REPO_ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _record_source(output: Path, source: Path) -> None:
+    """Point papermill's ``input_path`` metadata at the MyST source, not the temporary ``.ipynb``."""
+    import nbformat
+
+    if not output.is_file():
+        return
+    nb = nbformat.read(output, as_version=4)
+    nb.metadata.setdefault("papermill", {})["input_path"] = _relative(source)
+    nbformat.write(nb, output)
+
+
+# ----------------------------------------------------------------------------- the batch
+
+
+def run_batch(
+    only: str | None = None,
+    parameters: dict | None = None,
+    mode: str = "auto",
+    out_dir: Path | None = None,
+    run_id: str | None = None,
+    log: Callable[[str], Any] = print,
+    *,
+    toc: Path | None = None,
+    book_root: Path | None = None,
+    kernel_name: str = "python3",
+    progress_bar: bool = True,
+) -> BatchReport:
+    """Execute the book's notebooks (or those matching ``only``) with papermill.
+
+    Every notebook gets ``{**parameters, "mode": mode, "run_id": run_id}``; one run id is shared
+    by the whole batch so that a measured batch lands in one recorded run. A notebook that
+    raises is recorded as failed (its partially executed copy is kept) and the batch goes on.
+    Problems that would make every notebook fail (unknown parameter names, a pattern that
+    matches nothing, a bad mode) are raised before anything runs.
+    """
+    import nbformat
+    import papermill
+
+    parameters = dict(parameters or {})
+    # ``-p mode=...`` / ``-p run_id=...`` are accepted as spellings of the dedicated arguments.
+    if "mode" in parameters:
+        given = str(parameters.pop("mode"))
+        if mode not in ("auto", given):
+            raise BatchError(f"mode={mode!r} and -p mode={given!r} disagree.", "pass the mode once, with --mode.")
+        mode = given
+    if "run_id" in parameters:
+        given_id = parameters.pop("run_id")
+        if run_id and given_id != run_id:
+            raise BatchError(f"run_id={run_id!r} and -p run_id={given_id!r} disagree.", "pass the run id once.")
+        run_id = given_id
+    if mode not in MODES:
+        raise BatchError(f"mode={mode!r} is not one of {', '.join(MODES)}.", "pass --mode auto, measure or replay.")
+    run_id = results.validate_run_id(run_id) if run_id else results.new_run_id()
+
+    toc = Path(toc) if toc else paths.REPO_ROOT / "_toc.yml"
+    book_root = Path(book_root) if book_root else paths.book_dir()
+    out_dir = Path(out_dir) if out_dir else paths.build_dir() / "executed"
+    notebooks = select(book_notebooks(toc), only, book_root)
+
+    report = BatchReport(
+        run_id=run_id, mode=mode, parameters=parameters, out_dir=_relative(out_dir),
+        started_utc=results.utc_now(),
+    )
+    batch_json = out_dir / "batch.json"
+    injected = {**parameters, "mode": mode, "run_id": run_id}
+
+    with tempfile.TemporaryDirectory(prefix="kernelbook-batch-") as tmp:
+        # Convert and check every notebook first: a typo in -p should cost seconds, not a
+        # half-measured batch.
+        prepared = []
+        for source in notebooks:
+            name = notebook_name(source, book_root)
+            nb = _load_source(source)
+            ipynb = Path(tmp) / f"{name}.ipynb"
+            ipynb.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, ipynb)
+            _check_parameters(name, source, ipynb, nb, parameters)
+            output = out_dir / f"{name}.ipynb"
+            prepared.append((source, ipynb, output))
+            report.notebooks.append(NotebookResult(name=name, path=_relative(source), output=_relative(output)))
+
+        results.write_json_atomic(batch_json, report.to_json())
+        total = len(prepared)
+        for index, ((source, ipynb, output), entry) in enumerate(zip(prepared, report.notebooks), start=1):
+            head = f"[{index}/{total}] {entry.name} ..."
+            log(head)
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.unlink(missing_ok=True)  # never let a stale copy pass for this batch's result
+            started = time.perf_counter()
+            try:
+                papermill.execute_notebook(
+                    str(ipynb),
+                    str(output),
+                    parameters=injected,
+                    kernel_name=kernel_name,
+                    progress_bar=progress_bar,
+                    cwd=str(source.parent),
+                )
+            except Exception as exc:  # one broken chapter must not stop the others
+                entry.status, entry.error = "failed", _short_error(exc)
+            else:
+                entry.status = "ok"
+            entry.seconds = round(time.perf_counter() - started, 2)
+            _record_source(output, source)
+            if entry.status == "ok":
+                log(f"{head} ok ({entry.seconds:.1f} s)")
+            else:
+                log(f"{head} FAILED ({entry.error})")
+            results.write_json_atomic(batch_json, report.to_json())
+
+    report.finished_utc = results.utc_now()
+    results.write_json_atomic(batch_json, report.to_json())
+    return report
+
+
+def read_report(out_dir: Path | None = None) -> dict:
+    """The ``batch.json`` of a previous batch (what the build and the device import look at)."""
+    path = (Path(out_dir) if out_dir else paths.build_dir() / "executed") / "batch.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BatchError(f"No batch report at {path}.", "run `kernelbook run` first.") from None
+    except json.JSONDecodeError as exc:
+        raise BatchError(f"{path} is not valid JSON ({exc}).", "run `kernelbook run` again.") from exc

@@ -1,0 +1,174 @@
+"""The Jupyter Book build: HTML from the notebooks the batch executed.
+
+Why a staged copy: the sources are MyST text notebooks, but the book must show the outputs of
+the papermill batch (one recorded run, executed once), and Jupyter Book must not execute
+anything itself. So the build copies ``_config.yml``, ``_toc.yml`` and ``book/`` into a fresh
+stage, replaces each notebook source by its executed ``.ipynb`` (removing the ``.md``, so Sphinx
+sees exactly one document per name), and builds the stage. The repository's own tree is never
+modified, and the stage holds nothing but the book, so Sphinx cannot wander into ``_build``,
+``.venv`` or ``data``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from . import paths
+from .batch import book_notebooks, notebook_name
+from .errors import KernelbookError
+
+#: Folders next to ``book/`` that are copied into the stage too, so that a page's
+#: ``{literalinclude} ../../kernels/...`` resolves in the stage as it does in the repository.
+STAGED_SIBLINGS = ("kernels",)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Sphinx colours its output even into a pipe
+_IGNORE = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc", ".DS_Store")
+
+
+class BuildError(KernelbookError, RuntimeError):
+    """The book cannot be staged or Jupyter Book failed."""
+
+
+def _failed_in_batch(notebook: Path) -> bool:
+    """Whether papermill marked this executed notebook as stopped by an exception."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    return bool(nb.metadata.get("papermill", {}).get("exception"))
+
+
+def stage_book(
+    executed_dir: Path,
+    stage_dir: Path,
+    *,
+    toc: Path,
+    config: Path,
+    book_root: Path,
+    siblings: Iterable[str] = STAGED_SIBLINGS,
+    strict: bool = True,
+    log: Callable[[str], Any] = print,
+) -> Path:
+    """Fill ``stage_dir`` (emptied first) with the book, notebooks replaced by executed copies."""
+    root = toc.parent.resolve()
+    book_root = book_root.resolve()
+    try:
+        book_rel = book_root.relative_to(root)
+    except ValueError:
+        raise BuildError(
+            f"The book folder {book_root} is not inside {root}, the folder of {toc.name}.",
+            "keep book/ next to _toc.yml.",
+        ) from None
+
+    notebooks = book_notebooks(toc)
+    names = [notebook_name(nb, book_root) for nb in notebooks]
+    executed = {name: executed_dir / f"{name}.ipynb" for name in names}
+    missing = [name for name, path in executed.items() if not path.is_file()]
+    if missing:
+        raise BuildError(
+            f"No executed notebook for {', '.join(missing)} in {executed_dir}.",
+            "run `kernelbook run` first (it writes the executed notebooks the book is built from).",
+        )
+    crashed = [name for name, path in executed.items() if _failed_in_batch(path)]
+    if crashed:
+        message = f"The executed notebook(s) {', '.join(crashed)} stopped at an exception in the batch."
+        if strict:
+            raise BuildError(
+                message,
+                f"fix the notebook and re-run it (`kernelbook run --only '{crashed[0]}'`), "
+                "or build with --no-strict to publish the error.",
+            )
+        log(f"warning: {message} The book will show the error.")
+
+    if stage_dir.exists():
+        shutil.rmtree(stage_dir)
+    stage_dir.mkdir(parents=True)
+    shutil.copy2(config, stage_dir / "_config.yml")
+    shutil.copy2(toc, stage_dir / "_toc.yml")
+    shutil.copytree(book_root, stage_dir / book_rel, ignore=_IGNORE)
+    for sibling in siblings:
+        if (root / sibling).is_dir():
+            shutil.copytree(root / sibling, stage_dir / sibling, ignore=_IGNORE)
+
+    for source, name in zip(notebooks, names):
+        staged = stage_dir / source.resolve().relative_to(root)
+        staged.unlink(missing_ok=True)
+        shutil.copy2(executed[name], staged.with_suffix(".ipynb"))
+    return stage_dir
+
+
+def _jupyter_book_command() -> list[str]:
+    """Jupyter Book's CLI in this interpreter (no reliance on PATH or on an activated venv)."""
+    return [sys.executable, "-c", "from jupyter_book.cli.main import main; main()"]
+
+
+def build_book(
+    executed_dir: Path | None = None,
+    path_output: Path | None = None,
+    strict: bool = True,
+    *,
+    toc: Path | None = None,
+    config: Path | None = None,
+    book_root: Path | None = None,
+    stage_dir: Path | None = None,
+    log: Callable[[str], Any] = print,
+) -> Path:
+    """Stage the executed book and build it to ``<path_output>/_build/html``; return that folder.
+
+    ``strict`` turns every Sphinx warning into a failure (``-W --keep-going``: all warnings are
+    reported, then the build fails), so a broken reference or figure cannot be published silently.
+    """
+    executed_dir = Path(executed_dir) if executed_dir else paths.build_dir() / "executed"
+    path_output = Path(path_output) if path_output else paths.REPO_ROOT
+    toc = Path(toc) if toc else paths.REPO_ROOT / "_toc.yml"
+    config = Path(config) if config else toc.parent / "_config.yml"
+    book_root = Path(book_root) if book_root else paths.book_dir()
+    stage_dir = Path(stage_dir) if stage_dir else paths.build_dir() / "stage"
+    if not config.is_file():
+        raise BuildError(f"No Jupyter Book configuration at {config}.", "create _config.yml next to _toc.yml.")
+
+    stage = stage_book(executed_dir, stage_dir, toc=toc, config=config, book_root=book_root,
+                       strict=strict, log=log)
+    path_output = path_output.resolve()
+    path_output.mkdir(parents=True, exist_ok=True)
+    build_root = path_output / "_build"
+    html = build_root / "html"
+    # Fresh output: no page of a removed notebook survives, and every page is re-read (warnings
+    # of unchanged pages are not repeated by an incremental build, which -W would miss).
+    for old in (html, build_root / ".doctrees"):
+        if old.exists():
+            shutil.rmtree(old)
+
+    command = _jupyter_book_command() + [
+        "build", str(stage), "--path-output", str(path_output), "--builder", "html", "--all",
+    ]
+    if strict:
+        command += ["-W", "--keep-going"]
+    log("$ jupyter-book " + " ".join(command[3:]))
+    warnings: list[str] = []
+    with subprocess.Popen(
+        command, cwd=str(path_output), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, bufsize=1, errors="replace",
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            # Plain text, and repository-relative paths (the stage mirrors the repository).
+            line = _ANSI.sub("", line.rstrip("\n")).replace(f"{stage}/", "")
+            log(line)
+            if "WARNING:" in line or "ERROR:" in line:
+                warnings.append(line.strip())
+    if proc.returncode != 0:
+        shown = "; ".join(warnings[:5]) + (f" (and {len(warnings) - 5} more)" if len(warnings) > 5 else "")
+        detail = f" Warnings/errors: {shown}" if warnings else ""
+        raise BuildError(
+            f"jupyter-book build failed with exit status {proc.returncode}"
+            f"{' (strict: warnings are errors)' if strict else ''}.{detail}",
+            "fix what the output above reports (a notebook's page is built from its executed "
+            f".ipynb, staged in {stage}), or build with --no-strict to look at the book anyway.",
+        )
+    if not (html / "index.html").is_file():
+        raise BuildError(f"jupyter-book finished but wrote no {html / 'index.html'}.", "look at the build output above.")
+    return html

@@ -1,0 +1,176 @@
+"""The ``kernelbook`` command line: run the notebooks, build the book, list the results.
+
+::
+
+    kernelbook run [--only PATTERN] [-p NAME=VALUE]... [--mode auto|measure|replay] [--out DIR]
+    kernelbook build [--out DIR] [--executed DIR] [--no-strict]
+    kernelbook results [--format jsonl|csv] [--run ID]... [--runs]
+
+Exit status: 0 when all went well, 1 when a notebook of the batch failed, 2 when kernelbook
+refused to go on (a ``KernelbookError``: its message and its fix are printed, no traceback,
+because the fix is the useful part).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from .errors import KernelbookError
+
+#: Columns every ``kernelbook results`` row has, in this order; other keys follow, sorted.
+RESULT_COLUMNS = (
+    "run_id", "device", "study", "variant", "layer", "batch", "metric", "value",
+    "unit", "min", "max", "n_samples", "part",
+)
+MODES = ("auto", "measure", "replay")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kernelbook",
+        description="GPU kernel optimizations, measured: execute the book's notebooks, build the book, "
+        "and read the recorded results.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run", help="execute the notebooks with papermill (measure on a GPU, replay without one)",
+        description="Execute the book's notebooks with papermill into _build/executed/. "
+        "All notebooks of one batch share one run id, so a measured batch is one recorded run.",
+    )
+    run.add_argument("--only", metavar="PATTERN",
+                     help="fnmatch pattern on the notebook path under book/, e.g. 'lenet/*' or '*baseline*'")
+    run.add_argument("-p", "--parameter", dest="parameters", action="append", default=[], metavar="NAME=VALUE",
+                     help="override a parameter of the notebooks' parameters cell; VALUE is a Python "
+                     "literal (e.g. [100,1000]) or else a string; repeatable")
+    run.add_argument("--mode", choices=MODES, default="auto",
+                     help="auto: measure when a GPU is usable, else replay the newest recorded run")
+    run.add_argument("--out", type=Path, metavar="DIR", help="where the executed notebooks go (default _build/executed)")
+
+    build = commands.add_parser(
+        "build", help="build the HTML book from the executed notebooks",
+        description="Stage the book with the executed notebooks of `kernelbook run` and build it with "
+        "Jupyter Book into DIR/_build/html.",
+    )
+    build.add_argument("--out", type=Path, metavar="DIR", help="output root; the HTML goes to DIR/_build/html (default: the repository)")
+    build.add_argument("--executed", type=Path, metavar="DIR", help="the executed notebooks (default _build/executed)")
+    build.add_argument("--no-strict", dest="strict", action="store_false",
+                       help="do not turn Sphinx warnings into errors")
+
+    res = commands.add_parser(
+        "results", help="print the recorded measurements (or the recorded runs)",
+        description="Print every recorded measurement, one per line, or with --runs one line per recorded run.",
+    )
+    res.add_argument("--format", choices=("jsonl", "csv"), default=None,
+                     help="jsonl (default for measurements) or csv; --runs without it prints a table")
+    res.add_argument("--run", dest="runs_selected", action="append", metavar="ID",
+                     help="only this run id (repeatable)")
+    res.add_argument("--runs", action="store_true", help="list the recorded runs instead of their measurements")
+    return parser
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .batch import parse_parameters, run_batch
+
+    parameters = parse_parameters(args.parameters)
+    report = run_batch(only=args.only, parameters=parameters, mode=args.mode, out_dir=args.out,
+                       log=lambda line: print(line, flush=True))
+    done = len(report.notebooks) - len(report.failed)
+    print(f"run {report.run_id} (mode {report.mode}): {done} of {len(report.notebooks)} notebooks ok; "
+          f"executed notebooks and batch.json in {report.out_dir}", flush=True)
+    if report.failed:
+        for entry in report.failed:
+            print(f"FAILED {entry.name}: {entry.error} (see {entry.output})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from .build import build_book
+
+    html = build_book(executed_dir=args.executed, path_output=args.out, strict=args.strict,
+                      log=lambda line: print(line, flush=True))
+    print(f"book built: {html / 'index.html'}", flush=True)
+    return 0
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    """The required columns first (so every output has them), then whatever else the rows hold."""
+    extra = sorted({key for row in rows for key in row} - set(RESULT_COLUMNS))
+    return list(RESULT_COLUMNS) + extra
+
+
+def _write_rows(rows: list[dict], fmt: str, out: TextIO, columns: list[str] | None = None) -> None:
+    """JSON lines (one object per row, missing required columns as null) or CSV with a header."""
+    if fmt == "jsonl":
+        for row in rows:
+            keys = columns or _columns([row])
+            out.write(json.dumps({key: row.get(key) for key in keys}, allow_nan=True) + "\n")
+        return
+    columns = columns or _columns(rows)
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({key: ("" if row.get(key) is None else row.get(key)) for key in columns})
+
+
+def _cmd_results(args: argparse.Namespace) -> int:
+    from . import paths, results
+
+    if args.runs:
+        runs = results.list_runs() if not args.runs_selected else [results.load_run(r) for r in args.runs_selected]
+        rows = [
+            {"run_id": run.run_id, "device": run.device, "created_utc": run.created_utc,
+             "commit": run.commit, "parts": ",".join(run.part_names())}
+            for run in runs
+        ]
+        columns = ["run_id", "device", "created_utc", "commit", "parts"]
+        if args.format:
+            _write_rows(rows, args.format, sys.stdout, columns)
+        elif not rows:
+            print(f"no recorded runs under {paths.results_dir()}", file=sys.stderr)
+        else:
+            widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
+            print("  ".join(c.ljust(widths[c]) for c in columns).rstrip())
+            for row in rows:
+                print("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip())
+        return 0
+
+    rows = list(results.iter_records(args.runs_selected))
+    _write_rows(rows, args.format or "jsonl", sys.stdout)
+    return 0
+
+
+COMMANDS = {"run": _cmd_run, "build": _cmd_build, "results": _cmd_results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``kernelbook`` and ``python -m kernelbook``; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except KernelbookError as exc:
+        sys.stdout.flush()
+        print(f"error: {exc.message} Fix: {exc.fix}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `kernelbook results | head`: the reader left, which is fine
+        try:
+            sys.stdout = open("/dev/null", "w")  # noqa: SIM115 - silence the flush at exit
+        except OSError:
+            pass
+        return 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The one script run per call on the device machine (GPU, Python 3.12, no network):
+#
+#   1. install the Jupyter wheels of .whl/ (scripts/fetch_device_wheels.sh) into /tmp/site
+#   2. record the device (nvidia-smi, nvcc, Python and package versions) in $OUT/logs/device.txt
+#   3. run the GPU tests:            python3 -m pytest -m gpu -q
+#   4. run the papermill batch:      python3 -m kernelbook run --mode measure "$@"
+#   5. pack the new run folder(s) of data/results/, _build/executed/ and the logs into
+#      $OUT/run.tar.gz (unpack here with scripts/import_device_run.sh)
+#
+# A failing step does not stop the later ones (a crashed test must not cost the measurements),
+# but the script exits 1 at the end if any step failed; $OUT/logs/steps.txt lists each step's
+# exit status. Files that come back: run.tar.gz and logs/{device.txt,steps.txt,pytest-gpu.log,
+# batch.log}, well under the device's limit of 8 files.
+#
+# Environment:
+#   OUT                 set by the device machine: the folder whose files come back
+#   KERNELBOOK_COMMIT   the commit being measured. The device gets the working tree without .git,
+#                       so the caller must pass it, computed on this machine, e.g. the run tool's
+#                       command: KERNELBOOK_COMMIT=<output of `git rev-parse --short=12 HEAD`,
+#                       plus +dirty if needed> bash scripts/device_run.sh --only 'lenet/*'
+#   PYTHON              the interpreter (default python3, the device's /opt/torch venv)
+#
+# The run tool must carry the git-ignored wheels: carry: [".whl"].
+# Arguments are passed to `kernelbook run`, e.g. --only 'lenet/*' -p repeats=20.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+OUT=${OUT:?OUT must name the folder whose files come back}
+PY=${PYTHON:-python3}
+SITE=/tmp/site
+LOGS="$OUT/logs"
+mkdir -p "$LOGS"
+STEPS="$LOGS/steps.txt"
+: > "$STEPS"
+failed=0
+
+note() { echo "$*" | tee -a "$STEPS"; }
+finish_step() {  # NAME RC
+  if [ "$2" -eq 0 ]; then note "ok     $1"; else note "FAILED $1 (exit $2)"; failed=1; fi
+}
+
+export PYTHONPATH="$SITE:$PWD"
+export PYTHONUNBUFFERED=1
+# Jupyter and IPython write state under $HOME by default; keep it in /tmp, and use the new
+# platformdirs paths (silences jupyter_core's migration warning).
+export JUPYTER_PLATFORM_DIRS=1
+export JUPYTER_RUNTIME_DIR=/tmp/kernelbook-jupyter/runtime
+export IPYTHONDIR=/tmp/kernelbook-ipython
+export MPLCONFIGDIR=/tmp/kernelbook-mpl
+if [ -z "${KERNELBOOK_COMMIT:-}" ]; then
+  note "warning: KERNELBOOK_COMMIT is not set; the run's manifest will say commit 'unknown'"
+fi
+
+# Run folders present before the batch: whatever appears later is this call's measurement.
+mkdir -p data/results
+before=$(ls -1 data/results)
+
+# 1. wheels ------------------------------------------------------------------------------------
+if ls .whl/*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --disable-pip-version-check --target "$SITE" .whl/*.whl 2>&1 | tail -20
+  finish_step "install wheels ($(ls .whl/*.whl | wc -l) from .whl/ into $SITE)" "${PIPESTATUS[0]}"
+else
+  note "FAILED install wheels: no .whl/*.whl here (run scripts/fetch_device_wheels.sh and carry [\".whl\"])"
+  failed=1
+fi
+
+# 2. the device ---------------------------------------------------------------------------------
+{
+  echo "date (UTC): $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "host: $(hostname)"
+  echo "commit: ${KERNELBOOK_COMMIT:-unknown}"
+  echo "python: $(command -v "$PY") $("$PY" --version 2>&1)"
+  echo
+  nvidia-smi 2>&1 || echo "(nvidia-smi failed)"
+  echo
+  if command -v nvcc >/dev/null; then nvcc --version; else echo "(nvcc not on PATH)"; fi
+  echo
+  "$PY" - <<'PY' 2>&1
+import importlib.metadata as md
+names = ["cupy-cuda13x", "cupy-cuda12x", "numpy", "pandas", "matplotlib", "papermill", "jupytext",
+         "ipykernel", "ipython", "nbclient", "jupyter-client", "pyzmq", "tornado",
+         "markdown-it-py", "psutil", "pygments", "python-dateutil", "attrs", "packaging",
+         "typing-extensions", "aiohttp", "pytest"]
+for name in names:
+    try:
+        print(f"{name:20s} {md.version(name)}")
+    except md.PackageNotFoundError:
+        pass
+try:
+    import cupy
+    print("cupy runtime", cupy.cuda.runtime.runtimeGetVersion(), "driver", cupy.cuda.runtime.driverGetVersion())
+except Exception as exc:
+    print("cupy:", type(exc).__name__, exc)
+PY
+} > "$LOGS/device.txt" 2>&1
+"$PY" -c "import papermill, jupytext, nbclient, ipykernel, IPython, kernelbook.batch" 2>&1 | tail -5
+finish_step "import check (papermill, jupytext, nbclient, ipykernel, IPython, kernelbook.batch)" "${PIPESTATUS[0]}"
+
+# 3. GPU tests ----------------------------------------------------------------------------------
+"$PY" -m pytest -m gpu -q 2>&1 | tee "$LOGS/pytest-gpu.log"
+rc=${PIPESTATUS[0]}
+if [ "$rc" -eq 5 ]; then note "ok     pytest -m gpu (no GPU tests collected)"; else finish_step "pytest -m gpu" "$rc"; fi
+
+# 4. the batch ----------------------------------------------------------------------------------
+"$PY" -m kernelbook run --mode measure "$@" 2>&1 | tee "$LOGS/batch.log"
+finish_step "kernelbook run --mode measure $*" "${PIPESTATUS[0]}"
+
+# 5. pack ---------------------------------------------------------------------------------------
+new_runs=()
+for run in $(ls -1 data/results); do
+  if [ -d "data/results/$run" ] && ! grep -qxF "$run" <<<"$before"; then new_runs+=("data/results/$run"); fi
+done
+note "new run folder(s): ${new_runs[*]:-none}"
+packed=("${new_runs[@]}")
+[ -d _build/executed ] && packed+=(_build/executed)
+tar -czf "$OUT/run.tar.gz" "${packed[@]}" -C "$OUT" logs
+finish_step "pack $OUT/run.tar.gz" $?
+
+exit "$failed"
