@@ -20,6 +20,7 @@
 #                       command: KERNELBOOK_COMMIT=<output of `git rev-parse --short=12 HEAD`,
 #                       plus +dirty if needed> bash scripts/device_run.sh --only 'lenet/*'
 #   PYTHON              the interpreter (default python3, the device's /opt/torch venv)
+#   BATCH_TIMEOUT       seconds the papermill batch may take (default: no limit)
 #
 # The run tool must carry the git-ignored wheels: carry: [".whl"].
 # Arguments are passed to `kernelbook run`, e.g. --only 'lenet/*' -p repeats=20.
@@ -104,7 +105,9 @@ rc=${PIPESTATUS[0]}
 if [ "$rc" -eq 5 ]; then note "ok     pytest -m gpu (no GPU tests collected)"; else finish_step "pytest -m gpu" "$rc"; fi
 
 # 4. the batch ----------------------------------------------------------------------------------
-"$PY" -m kernelbook run --mode measure "$@" 2>&1 | tee "$LOGS/batch.log"
+# BATCH_TIMEOUT (seconds) stops a batch that would outlive the device call, so that step 5
+# still packs whatever the finished notebooks recorded.
+timeout "${BATCH_TIMEOUT:-100000}" "$PY" -m kernelbook run --mode measure "$@" 2>&1 | tee "$LOGS/batch.log"
 finish_step "kernelbook run --mode measure $*" "${PIPESTATUS[0]}"
 
 # 5. pack ---------------------------------------------------------------------------------------
