@@ -46,8 +46,18 @@ def define_options(defines: Mapping[str, object]) -> tuple[str, ...]:
 
 
 def source_hash(relpath: str) -> str:
-    """Hash of the file and of the files it #includes from its folder (one level is enough here)."""
+    """Hash of the file and of the files it #includes from its folder (one level is enough here).
+
+    Launch paths call this for every launch, so the hash is cached per file state (size and
+    modification time): a stat, not a read, unless the file changed.
+    """
     src = source_path(relpath)
+    stat = src.stat()
+    return _hash_file(src, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _hash_file(src: Path, mtime_ns: int, size: int) -> str:
     digest = hashlib.sha256(src.read_bytes())
     for name in re.findall(r'#include\s+"([^"]+)"', src.read_text()):
         included = src.parent / name

@@ -270,3 +270,31 @@ def best_config_table(grid, layers=("C1", "C3")):
     rows = [{"Layer": layer, "Best configuration": ", ".join(f"{k}={v}" for k, v in grid.best(layer).items())}
             for layer in layers]
     return styled(pd.DataFrame(rows), f"Fastest correct configuration per layer at the largest batch. {grid.label}")
+
+
+def step_verdict(steps: dict, batch: int | None = None, metric: str = "op_time_ms") -> list[str]:
+    """Did this step pay off? Its ``metric`` against the baseline's and the previous step's, per layer."""
+    names = list(steps)
+    current = steps[names[-1]]
+    if not current.correct:
+        return ["This step failed its correctness check, so it takes no part in the comparison."]
+    batch = batch or max(r["batch"] for r in current.records if r["metric"] == metric)
+    what = metric.replace("_ms", "").replace("_", " ")
+    lines = []
+    for layer in ("C1", "C3"):
+        mine = _find(current.records, metric, layer, batch)
+        for name in names[:-1]:
+            other = steps[name]
+            theirs = _find(other.records, metric, layer, batch) if other.correct else None
+            if not (mine and theirs):
+                continue
+            ratio = theirs["value"] / mine["value"]
+            if ratio >= 1.05:
+                word = f"{ratio:.2f}× faster than"
+            elif ratio <= 0.95:
+                word = f"{1 / ratio:.2f}× slower than"
+            else:
+                word = "within 5 % of"
+            lines.append(f"{layer} {what} at batch {batch}: {format_ms(mine['value'])}, {word} the "
+                         f"{name.split(':')[0]} ({other.variant}, {format_ms(theirs['value'])}).")
+    return lines or [f"No earlier step is recorded at batch {batch} to compare with."]

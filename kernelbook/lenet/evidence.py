@@ -18,7 +18,7 @@ from . import LAYERS, get_variant, layer_shape
 
 STUDY = "lenet"
 SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?\b")
-SHOWN_OPCODES = ("FFMA", "FMUL", "FADD", "HFMA2", "HMMA", "IMAD", "IADD3", "LDG", "LDS", "LDC", "LDL",
+SHOWN_OPCODES = ("FFMA", "FMUL", "FADD", "HFMA2", "HMMA", "IMAD", "IADD3", "LDG", "LDS", "LDC", "ULDC", "LDL",
                  "STG", "STS", "STL", "BAR", "BRA")
 
 

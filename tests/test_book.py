@@ -1,0 +1,59 @@
+"""The real book, replayed from the recorded runs in data/results/ and built strictly.
+
+This is what `make book` does on a machine without a GPU; it takes tens of seconds.
+"""
+
+import re
+
+import pytest
+
+from kernelbook import batch, build, results
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def built_book(tmp_path_factory):
+    if not results.list_runs():
+        pytest.skip("no recorded run in data/results/")
+    root = tmp_path_factory.mktemp("book")
+    lines = []
+    report = batch.run_batch(mode="replay", out_dir=root / "executed", log=lines.append, progress_bar=False)
+    assert not report.failed, lines
+    html = build.build_book(executed_dir=root / "executed", path_output=root, strict=True,
+                            stage_dir=root / "stage", log=lambda *_: None)
+    return html, report
+
+
+def _text(path):
+    page = path.read_text()
+    page = re.sub(r"<(script|style).*?</\1>", " ", page, flags=re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
+
+
+def test_every_chapter_notebook_replays(built_book):
+    _, report = built_book
+    names = [nb.name for nb in report.notebooks]
+    assert "lenet/00_baseline" in names and len(names) >= 6
+    assert all(nb.status == "ok" for nb in report.notebooks)
+
+
+def test_baseline_page_shows_the_milestone_table_with_its_provenance(built_book):
+    html, _ = built_book
+    text = _text(html / "book" / "lenet" / "00_baseline.html")
+    for column in ("Batch Size", "Op Time 1", "Op Time 2", "Layer Time 1", "Layer Time 2",
+                   "Total Execution Time", "Accuracy"):
+        assert column in text
+    run = results.newest_run_with("lenet-baseline")
+    assert "Replayed recording (not measured now" in text
+    assert run.device in text and run.commit in text and run.run_id in text
+    assert "Measured now" not in text
+    assert "000_5388518cb9c15bca.txt" in text  # the seeds' reported numbers, labelled
+    assert re.search(r"10000 [\d.]+ (ms|µs|s) \(", text), "no 10000-image row with a median and its spread"
+
+
+def test_every_chapter_page_is_labelled_replayed(built_book):
+    html, report = built_book
+    for nb in report.notebooks:
+        text = _text(html / "book" / f"{nb.name}.html")
+        assert "Replayed" in text and "Measured now" not in text, nb.name
