@@ -170,7 +170,7 @@ def speedup_sentence(chapter, reported_frame: pd.DataFrame, batch: int = 10000) 
                 continue
             ratio = float(theirs) / ours["value"]
             parts.append(f"{layer}: {format_ms(ours['value'])} here against {format_ms(float(theirs))} "
-                         f"reported in `{row['seed']}` ({row['gpu']}), {ratio:.1f}× "
+                         f"reported in `{row['seed']}` ({row['gpu']}; {row['seed_label']}), {ratio:.1f}× "
                          f"{'faster' if ratio >= 1 else 'slower'}")
     if not parts:
         return f"No seed reports batch {batch} for this step."
