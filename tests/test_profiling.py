@@ -1,0 +1,566 @@
+"""Profiler evidence without a GPU: ncu CSV parsing, metric choice and aggregation, replay,
+the floor, the roofline figure and the sanitizer summary, all from fabricated data."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from kernelbook import profiling, results, roofline, session  # noqa: E402
+from kernelbook.lenet import layer_shape  # noqa: E402
+from kernelbook.lenet.study import ChapterResult, run_chapter  # noqa: E402
+
+from conftest import DEVICE, fabricate_chapter  # noqa: E402
+
+NVTX = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+COLUMNS = ["ID", "Process ID", "Process Name", "Host Name", NVTX, "Kernel Name", "Context", "Stream",
+           "Block Size", "Grid Size", "Device", "CC",
+           "dram__bytes.sum", "gpu__time_duration.sum", "l1tex__t_sector_hit_rate.pct",
+           "launch__registers_per_thread", "launch__shared_mem_per_block_dynamic",
+           "launch__shared_mem_per_block_static", "lts__t_sector_hit_rate.pct",
+           "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+           "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+           "sm__warps_active.avg.pct_of_peak_sustained_active",
+           "smsp__thread_inst_executed_per_inst_executed.ratio",
+           "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+           "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+           "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
+           "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"]
+UNITS = ["", "", "", "", "", "", "", "", "", "", "", "",
+         "byte", "nsecond", "%", "register/thread", "byte/block", "byte/block", "%", "%", "%", "%", "",
+         "", "", "", ""]
+
+
+def _range(variant, layer):
+    return f'4242  "<default domain>:kb:{variant}:{layer}:none:none:none:none:none:none"'
+
+
+def kernel_row(i, variant, layer, name, dram, ns, l1, regs, dyn, static, l2, sm, mem, occ, threads, stalls):
+    return [str(i), "4242", "python3.12", "device-host", _range(variant, layer), name, "1", "7",
+            "(16, 16, 4)", "(25, 4, 250)", "0", "9.0", dram, ns, l1, regs, dyn, static, l2, sm, mem, occ,
+            threads, *stalls]
+
+
+def fabricated_csv(variant="unroll-matmul", chatter=True) -> str:
+    """What `ncu --csv --page raw --print-units base` prints: chatter, header, units, kernels.
+
+    C1 has one kernel; C3 has two (an unroll kernel and a matmul), so C3 is aggregated. Values
+    carry thousands separators, one L1 hit rate is n/a, the range cell holds quoted quotes.
+    """
+    rows = [COLUMNS, UNITS,
+            kernel_row(0, variant, "C1", "conv_forward(float *, const float *, int)", "31,457,280", "120,512",
+                       "85.5", "40", "7,744", "0", "60.1", "45.2", "70.0", "80.5", "31.9",
+                       ["10.5", "2.0", "0.5", "1.0"]),
+            kernel_row(1, variant, "C3", "unroll_kernel", "1,000,000", "100", "n/a", "32", "0", "1,024",
+                       "50.0", "40.0", "90.0", "60.0", "32",
+                       ["4.0", "8.0", "1.0", "2.0"]),
+            kernel_row(2, variant, "C3", "matmul_kernel", "3,000,000", "300", "75.0", "64", "16,384", "0",
+                       "70.0", "80.0", "30.0", "40.0", "28.0",
+                       ["12.0", "0", "6.0", "1.0"])]
+    buffer = io.StringIO()
+    csv.writer(buffer, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows)
+    text = buffer.getvalue()
+    if chatter:
+        text = ("==PROF== Connected to process 4242 (/usr/bin/python3.12)\n"
+                '==PROF== Profiling "conv_forward" - 0: 0%....50%....100% - 9 passes\n'
+                "==PROF== Disconnected from process 4242\n" + text +
+                "==WARNING== one line of chatter after the table\n")
+    return text
+
+
+# ----------------------------------------------------------------------------- CSV parsing
+
+
+def test_csv_parser_skips_chatter_reads_units_and_keeps_quoted_commas():
+    table = profiling.parse_ncu_csv(fabricated_csv())
+    assert len(table.rows) == 3
+    assert table.units["gpu__time_duration.sum"] == "nsecond"
+    assert table.units["dram__bytes.sum"] == "byte"
+    assert table.nvtx_columns() == [NVTX]
+    assert table.rows[0]["Kernel Name"] == "conv_forward(float *, const float *, int)"
+    assert '"<default domain>:kb:unroll-matmul:C1:' in table.rows[0][NVTX]
+    assert profiling.parse_number(table.rows[0]["dram__bytes.sum"]) == 31457280.0
+
+
+def test_real_h100_capture_is_parsed_and_attributed():
+    """tests/data/ncu_raw_tiled_h100.txt: stdout of `ncu_command(... "tiled" ...)` on the H100
+    (Nsight Compute 2025.3.1, 326 columns: device attributes, both NVTX columns, units "ns")."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "data" / "ncu_raw_tiled_h100.txt").read_text()
+    table = profiling.parse_ncu_csv(text)
+    assert len(table.header) == 326 and len(table.rows) == 2
+    assert table.units["gpu__time_duration.sum"] == "ns"
+    _, chosen, _ = profiling.resolve_metrics(None)
+    records, kernels = profiling.records_from_csv(text, "tiled", 1000, chosen)
+    assert [(k["layer"], k["kernel"]) for k in kernels] == [("C1", "conv_forward_tiled"), ("C3", "conv_forward_tiled")]
+    assert _get(records, "C1", "duration_ms")["value"] == pytest.approx(0.798176)
+    assert _get(records, "C3", "duration_ms")["value"] == pytest.approx(3.450176)
+    assert _get(records, "C1", "dram_bytes")["value"] == 112_126_464
+    assert _get(records, "C1", "registers_per_thread")["value"] == 40
+    assert _get(records, "C1", "sm_throughput_pct")["value"] == pytest.approx(70.91)
+    assert len([r for r in records if r["layer"] == "C3" and r.get("stall_rank")]) == 3
+
+
+def test_parser_without_table_returns_nothing():
+    assert profiling.parse_ncu_csv("==PROF== No kernels were profiled.\n").rows == []
+    assert profiling.parse_ncu_csv("").rows == []
+
+
+@pytest.mark.parametrize("cell, expected", [("1,234.5", 1234.5), ("  42 ", 42.0), ("n/a", None), ("", None),
+                                            ("N/A", None), ("abc", None), ("nan", None), ('"7"', 7.0)])
+def test_parse_number(cell, expected):
+    assert profiling.parse_number(cell) == expected
+
+
+def test_units_are_converted_to_ms_and_bytes():
+    assert profiling.to_base_unit(2.0, "usecond") == pytest.approx(2e-6)
+    assert profiling.to_base_unit(3.0, "Mbyte") == 3e6
+    assert profiling.to_base_unit(50.0, "%") == 50.0
+    chosen = {"duration_ms": ("gpu__time_duration.sum",), "dram_bytes": ("dram__bytes.sum",)}
+    text = fabricated_csv().replace('"nsecond"', '"usecond"').replace('"byte","usecond"', '"Kbyte","usecond"')
+    c1 = profiling.kernel_rows(profiling.parse_ncu_csv(text), chosen)[0]
+    assert c1["duration_ms"] == pytest.approx(120.512)        # 120,512 us
+    assert c1["dram_bytes"] == pytest.approx(31457280e3)      # Kbyte
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+
+def _records(text=None, variant="unroll-matmul"):
+    _, chosen, _ = profiling.resolve_metrics(None)
+    return profiling.records_from_csv(text or fabricated_csv(variant), variant, 1000, chosen)
+
+
+def _get(records, layer, metric):
+    found = [r for r in records if r["layer"] == layer and r["metric"] == metric]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def test_one_kernel_layer_maps_every_metric():
+    records, kernels = _records()
+    assert [k["layer"] for k in kernels] == ["C1", "C3", "C3"]
+    c1 = {r["metric"]: r["value"] for r in records if r["layer"] == "C1"}
+    assert c1["duration_ms"] == pytest.approx(0.120512)
+    assert c1["dram_bytes"] == 31457280
+    assert c1["shared_mem_per_block"] == 7744              # static + dynamic
+    assert c1["registers_per_thread"] == 40
+    assert c1["sm_throughput_pct"] == pytest.approx(45.2)
+    assert c1["memory_throughput_pct"] == pytest.approx(70.0)
+    assert c1["l1_hit_pct"] == pytest.approx(85.5) and c1["l2_hit_pct"] == pytest.approx(60.1)
+    assert c1["achieved_occupancy_pct"] == pytest.approx(80.5)
+    assert c1["active_threads_per_warp"] == pytest.approx(31.9)
+    assert all(r["study"] == "lenet" and r["batch"] == 1000 and r["kernel_count"] == 1
+               for r in records if r["layer"] == "C1")
+    assert _get(records, "C1", "tensor_pipe_pct") is None  # not in this CSV: not recorded
+
+
+def test_two_kernels_are_summed_weighted_and_maxed():
+    records, _ = _records()
+    c3 = {r["metric"]: r["value"] for r in records if r["layer"] == "C3"}
+    assert c3["duration_ms"] == pytest.approx(400e-6)                      # 100 ns + 300 ns
+    assert c3["dram_bytes"] == 4_000_000
+    assert c3["sm_throughput_pct"] == pytest.approx((40 * 100 + 80 * 300) / 400)  # duration-weighted
+    assert c3["l1_hit_pct"] == pytest.approx(75.0)                          # n/a kernel left out
+    assert c3["registers_per_thread"] == 64
+    assert c3["shared_mem_per_block"] == 16384
+    assert _get(records, "C3", "duration_ms")["kernel_count"] == 2
+
+
+def test_top_three_stalls_are_ranked():
+    records, _ = _records()
+    ranked = sorted((r["stall_rank"], r["metric"]) for r in records if r["layer"] == "C3" and r.get("stall_rank"))
+    # long scoreboard (4*100+12*300)/400 = 10, barrier 2, mio 4.75, wait 1.25
+    assert ranked == [(1, "stall_long_scoreboard"), (2, "stall_mio_throttle"), (3, "stall_barrier")]
+    assert _get(records, "C3", "stall_long_scoreboard")["value"] == pytest.approx(10.0)
+    assert _get(records, "C3", "stall_wait").get("stall_rank") is None
+
+
+def test_kernel_without_range_is_refused_unless_the_layer_is_known():
+    text = fabricated_csv().replace("kb:unroll-matmul:C3", "something-else")
+    with pytest.raises(profiling.ProfilerUnavailable, match="NVTX"):
+        _records(text)
+    _, chosen, _ = profiling.resolve_metrics(None)
+    records, kernels = profiling.records_from_csv(text, "unroll-matmul", 1000, chosen, ["C3"], only_layer="C3")
+    assert {k["layer"] for k in kernels} == {"C3"}
+    assert _get(records, "C3", "duration_ms")["kernel_count"] == 3
+
+
+# ----------------------------------------------------------------------------- metric names
+
+
+def test_missing_metrics_are_not_requested_and_are_listed():
+    available = {"sm__throughput", "gpu__time_duration", "dram__bytes_read", "dram__bytes_write",
+                 "launch__registers_per_thread", "launch__shared_mem_per_block",
+                 "smsp__average_warp_latency_issue_stalled_barrier",
+                 "sm__pipe_tensor_op_gmma_cycles_active"}
+    requested, chosen, missing = profiling.resolve_metrics(available)
+    assert chosen["dram_bytes"] == ("dram__bytes_read.sum", "dram__bytes_write.sum")   # second alternative
+    assert chosen["shared_mem_per_block"] == ("launch__shared_mem_per_block",)
+    assert chosen["stall_barrier"] == ("smsp__average_warp_latency_issue_stalled_barrier.ratio",)
+    assert chosen["tensor_pipe_pct"] == ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",)
+    assert "l1_hit_pct" in missing and "stall_long_scoreboard" in missing and "memory_throughput_pct" in missing
+    assert "l1tex__t_sector_hit_rate.pct" not in requested
+    assert all(profiling.base_name(m) in available for m in requested)
+
+
+def test_launch_attributes_are_trusted_when_the_list_has_none():
+    _, chosen, missing = profiling.resolve_metrics({"sm__throughput"})
+    assert chosen["registers_per_thread"] == ("launch__registers_per_thread",)
+    assert chosen["theoretical_occupancy_pct"] == ("sm__maximum_warps_per_active_cycle_pct",)
+    assert "registers_per_thread" not in missing and "sm_throughput_pct" not in missing
+
+
+def test_every_required_metric_has_a_spec_and_is_requested_on_trust():
+    requested, chosen, missing = profiling.resolve_metrics(None)
+    assert not missing
+    assert set(profiling.REQUIRED) <= set(chosen)
+    assert "tensor_pipe_pct" in chosen and "stall_long_scoreboard" in chosen
+    assert "sm__throughput.avg.pct_of_peak_sustained_elapsed" in requested
+
+
+def test_query_metrics_output_is_parsed():
+    text = ("Device NVIDIA H100 80GB HBM3 (GH100)\n---------\nMetric Name                 Metric Description\n"
+            "dram__bytes                 # of bytes accessed in DRAM\n"
+            "sm__throughput              SM throughput\n  lts__t_sector_hit_rate      hit rate\n\n")
+    assert profiling.parse_query_metrics(text) == {"dram__bytes", "sm__throughput", "lts__t_sector_hit_rate"}
+
+
+def test_ncu_command_line_filters_on_the_layer_ranges():
+    cmd = profiling.ncu_command("/x/ncu", "tiled", {"C1": {"tile_width": 8}}, 1000, ["C1", "C3"], ["a.sum", "b.pct"])
+    text = " ".join(cmd)
+    assert cmd[:3] == ["/x/ncu", "--clock-control", "none"]
+    assert "--csv --page raw --print-units base --metrics a.sum,b.pct --nvtx" in text
+    assert "--nvtx-include kb:tiled:C1/ --nvtx-include kb:tiled:C3/" in text
+    assert "-m kernelbook.lenet.profile_target --variant tiled --layers C1,C3 --batch 1000" in text
+    assert '{"C1": {"tile_width": 8}}' in cmd
+    assert "--nvtx" not in profiling.ncu_command("ncu", "tiled", {}, 10, ["C1"], ["a"], nvtx=False)
+
+
+def test_permission_and_missing_profiler_are_recognised():
+    msg = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
+    assert "ERR_NVGPUCTRPERM" in profiling.classify_failure(msg)
+    assert "cannot use this GPU" in profiling.classify_failure("Failed to initialize the profiler: LibraryNotLoaded")
+    assert profiling.classify_failure("==PROF== Disconnected") is None
+
+
+def test_rejected_metric_names_are_found_in_errors():
+    out = "==ERROR== Failed to find metric regex:^sm__bogus(\\.|$)\n"
+    assert profiling._unknown_metrics(out, ["sm__bogus.sum", "dram__bytes.sum"]) == ["sm__bogus.sum"]
+
+
+def test_profile_target_refuses_bad_arguments_before_touching_a_gpu(capsys):
+    from kernelbook.lenet import profile_target
+
+    assert profile_target.main(["--variant", "warp-speed"]) == 2
+    assert profile_target.main(["--variant", "baseline", "--layers", "C2"]) == 2
+    assert profile_target.main(["--variant", "baseline", "--layer-params", "{nope"]) == 2
+    assert profile_target.main(["--variant", "baseline", "--layer-params", '{"C1": {"tile_size": 3}}']) == 2
+    assert "tile_size" in capsys.readouterr().err
+    assert profile_target.range_name("tiled", "C3") == "kb:tiled:C3"
+
+
+# ----------------------------------------------------------------------------- chapters
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setenv("KERNELBOOK_NO_GPU", "1")
+    session.gpu.availability.cache_clear()
+    yield
+    session.gpu.availability.cache_clear()
+
+
+def _write_ncu(run, variant, scale=1.0):
+    records, kernels = _records(variant=variant)
+    for r in records:
+        r["value"] *= scale
+    run.write_part(profiling.ncu_part(variant), "lenet", records, extra={"kernels": kernels})
+    return records
+
+
+def test_replay_without_any_recorded_profile_says_not_recorded(results_root, no_gpu):
+    fabricate_chapter(results_root)
+    chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="auto")
+    sess, frame, status = profiling.for_chapter(chapter)
+    assert sess is None and frame.empty
+    assert "not recorded yet" in status and "baseline" in status
+    html = profiling.ncu_comparison(chapter, "tiled").to_html()
+    assert "not recorded yet" in html
+    assert "not recorded yet" in profiling.stall_table(chapter, None).to_html()
+
+
+def test_replay_reads_the_chapters_run(results_root, no_gpu):
+    run = fabricate_chapter(results_root)
+    _write_ncu(run, "baseline")
+    chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="replay")
+    sess, frame, status = profiling.for_chapter(chapter)
+    assert sess is not None and sess.run.run_id == run.run_id and not sess.measuring
+    assert set(frame["metric"]) >= {"duration_ms", "sm_throughput_pct", "stall_barrier"}
+    assert run.run_id in status
+
+
+def test_measuring_without_ncu_writes_nothing_and_shows_the_recording(results_root, no_gpu, monkeypatch):
+    older = fabricate_chapter(results_root)
+    _write_ncu(older, "baseline")
+    now = fabricate_chapter(results_root)
+    part = now.read_part("lenet-baseline")
+    measuring = ChapterResult("baseline", session.Session("lenet-baseline", "measure", now, "test"),
+                              part["records"], part["checks"], part["parameters"])
+    monkeypatch.setattr(profiling, "ncu_path", lambda: None)
+    sess, frame, status = profiling.for_chapter(measuring)
+    assert "not available here" in status and "not installed" in status
+    assert not now.has_part(profiling.ncu_part("baseline"))
+    assert sess.run.run_id == older.run_id and not sess.measuring
+    assert not frame.empty
+    monkeypatch.setenv("KERNELBOOK_PROFILE", "0")
+    assert "off" in profiling.for_chapter(measuring)[2]
+
+
+def test_measuring_with_a_profile_writes_the_part(results_root, no_gpu, monkeypatch):
+    run = fabricate_chapter(results_root)
+    part = run.read_part("lenet-baseline")
+    measuring = ChapterResult("baseline", session.Session("lenet-baseline", "measure", run, "test"),
+                              part["records"], part["checks"], part["parameters"])
+    fake = _records(variant="baseline")
+    calls = []
+    monkeypatch.setattr(profiling, "run_ncu", lambda v, lp, batch, timeout: calls.append((v, lp, batch)) or (
+        fake[0], {"kernels": fake[1], "missing_metrics": ["tensor_pipe_pct"], "ncu_version": "2025.3.1.0",
+                  "attribution": "nvtx"}))
+    sess, frame, status = profiling.for_chapter(measuring, batch=500)
+    assert calls == [("baseline", {"C1": {}, "C3": {}}, 500)]
+    assert sess.measuring and run.has_part("lenet-baseline-ncu")
+    assert "Profiled now" in status and "tensor_pipe_pct" in status
+
+
+def test_comparison_shows_change_against_previous_and_baseline(results_root, no_gpu):
+    run = fabricate_chapter(results_root, variant="baseline")
+    fabricate_chapter(results_root, variant="tiled", run_id=run.run_id)
+    fabricate_chapter(results_root, variant="restrict-unroll", run_id=run.run_id)
+    _write_ncu(run, "baseline", scale=2.0)
+    _write_ncu(run, "tiled", scale=1.25)
+    _write_ncu(run, "restrict-unroll", scale=1.0)
+    chapter = run_chapter("restrict-unroll", batch_sizes=[100, 1000], mode="replay")
+    steps = profiling._steps(chapter, "tiled")
+    assert list(steps) == ["baseline", "previous step", "this step"]
+    frame = profiling.comparison_frame(steps)
+    row = frame[(frame["Layer"] == "C1") & (frame["Metric"] == "SM [%]")].iloc[0]
+    assert row["This step (restrict-unroll)"] == "45.2 %"
+    assert row["Baseline (baseline)"] == "90.4 %"
+    assert row["vs baseline"] == "-50.0 %" and row["vs previous step"] == "-20.0 %"
+    stalls = profiling.stall_frame(steps)
+    assert stalls[stalls["Layer"] == "C3"]["Stall reason"].tolist()[0] == "long scoreboard"
+    assert "(#1)" in stalls.iloc[0]["This step (restrict-unroll)"]
+    html = profiling.ncu_comparison(chapter, "tiled").to_html()
+    assert "Test GPU 9000" in html and "REPLAYED" in html
+    overview = profiling.ncu_overview(["baseline", "tiled", "sweep"]).to_html()
+    assert "Not recorded yet: sweep" in overview and "long scoreboard" in overview
+
+
+def test_change_formatting():
+    assert profiling.change(150.0, 100.0) == "+50.0 %"
+    assert profiling.change(None, 1.0) == "–" and profiling.change(1.0, 0.0) == "–"
+    assert profiling.format_metric("dram_bytes", 31457280) == "31.5 MB"
+    assert profiling.format_metric("duration_ms", 0.1205) == "120.5 µs"
+
+
+# ----------------------------------------------------------------------------- ceilings, floor
+
+
+CEILINGS = {"copy_gbs": 1000.0, "fp32_gflops": 10000.0, "fp16_tensor_gflops": 400000.0,
+            "tf32_tensor_gflops": 200000.0}
+
+
+def test_floor_is_the_slower_of_bytes_and_flops():
+    shape = layer_shape("C1", 1000)
+    # bytes: 4 * (1000*86*86 + 4*49 + 1000*4*80*80) = 131,984,784 -> 0.13198 ms at 1000 GB/s
+    # FLOPs: 2 * 1000*4*1*49*80*80 = 2,508,800,000 -> 0.25088 ms at 10,000 GFLOP/s
+    assert shape.min_bytes == 131_984_784 and shape.flops == 2_508_800_000
+    assert profiling.floor_ms(shape, CEILINGS) == pytest.approx(0.25088)
+    assert profiling.floor_ms(shape, {**CEILINGS, "copy_gbs": 100.0}) == pytest.approx(1.31984784)
+    assert profiling.floor_ms(shape, {"copy_gbs": 1000.0}) is None
+    assert profiling.floor_ms(shape, profiling.Ceilings(dict(CEILINGS))) == pytest.approx(0.25088)
+
+
+def _cudnn_records(batch=1000):
+    recs = []
+    for variant, factor in (("cudnn", 1.0), ("cudnn-tf32", 0.5)):
+        for layer, t in (("C1", 1.0), ("C3", 2.0)):
+            s = layer_shape(layer, batch)
+            recs.append(results.record("lenet", variant, layer, batch, "op_time_ms", t * factor,
+                                       flops=s.flops, min_bytes=s.min_bytes))
+    return recs
+
+
+def test_floor_frame_against_the_floor_and_cudnn(results_root, no_gpu):
+    fabricate_chapter(results_root, batches=(100, 1000))
+    chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="replay")
+    frame = profiling.floor_frame({"baseline": chapter, "tiled": None}, CEILINGS, _cudnn_records(), batch=1000)
+    row = frame[(frame["Layer"] == "C1") & (frame["Step"] == "baseline")].iloc[0]
+    # op time C1 at 1000 = 10 ms (0.01 * 1000); floor 0.25088 ms -> 2.5 %; cuDNN 1 ms / 10 ms
+    assert row["Op time"] == "10.000 ms" and row["% of floor"] == "2.5 %"
+    assert row["vs cuDNN"] == "0.10×" and row["vs cuDNN TF32"] == "0.05×"
+    assert row["GFLOP/s"] == "251"
+    assert (frame[frame["Step"] == "tiled"]["Op time"] == "not recorded yet").all()
+    assert set(frame["Step"]) == {"baseline", "tiled", "cudnn", "cudnn-tf32"}
+
+
+def test_ceilings_and_cudnn_replay_when_nothing_is_recorded(results_root, no_gpu):
+    found = profiling.ceilings(mode="auto")
+    assert found.session is None and "not recorded yet" in found.status
+    assert "not recorded yet" in profiling.ceilings_table(found).to_html()
+    found = profiling.ceilings(mode="measure")  # no GPU: degrades to replay, never raises
+    assert found.session is None
+    got = profiling.cudnn(mode="auto")
+    assert got.records == [] and got.session is None and "not recorded yet" in got.status
+    assert "not recorded yet" in profiling.sanitizer_table().to_html()
+    assert "not recorded yet" in profiling.ncu_overview(["baseline"]).to_html()
+
+
+def test_ceilings_are_read_back_from_the_run_or_the_newest(results_root, no_gpu):
+    run = results.create_run({"device": DEVICE, "commit": "abc", "host": "h"})
+    run.write_part(profiling.CEILINGS_PART, "device",
+                   [results.record("device", "ceilings", None, None, m, v, unit="x") for m, v in CEILINGS.items()])
+    other = fabricate_chapter(results_root)
+    found = profiling.ceilings_for(other)   # the chapter's run has none: the newest that does
+    assert found.values == CEILINGS and found.session.run.run_id == run.run_id
+    assert profiling.ceilings(mode="replay").get("copy_gbs") == 1000.0
+    assert "1,000 GB/s" in profiling.ceilings_table(profiling.ceilings_for(run.run_id)).to_html()
+
+
+def test_torch_without_cuda_is_reported_not_raised(monkeypatch):
+    ok, why = profiling.torch_cuda_status()
+    if ok:
+        pytest.skip("this machine has PyTorch with CUDA")
+    assert isinstance(why, str) and why
+
+
+# ----------------------------------------------------------------------------- roofline
+
+
+def test_roofline_builds_from_fabricated_records(results_root, no_gpu):
+    run = fabricate_chapter(results_root, variant="baseline")
+    fabricate_chapter(results_root, variant="tiled", run_id=run.run_id)
+    _write_ncu(run, "tiled")
+    chapters = {v: run_chapter(v, batch_sizes=[100, 1000], mode="replay") for v in ("baseline", "tiled")}
+    chapters["sweep"] = None
+    ncu = {"tiled": profiling.load_ncu("tiled")[1], "baseline": []}
+    frame = roofline.points_from(chapters, ncu, _cudnn_records(), batch=1000, cudnn_label="cuDNN")
+    assert len(frame) == 8  # (baseline, tiled, cudnn, cudnn-tf32) x (C1, C3)
+    tiled_c1 = frame[(frame["variant"] == "tiled") & (frame["layer"] == "C1")].iloc[0]
+    assert tiled_c1["bytes_source"] == "dram (ncu)"
+    assert tiled_c1["intensity"] == pytest.approx(layer_shape("C1", 1000).flops / 31457280)
+    assert tiled_c1["gflops"] == pytest.approx(layer_shape("C1", 1000).flops / 0.01 / 1e9)
+    base_c3 = frame[(frame["variant"] == "baseline") & (frame["layer"] == "C3")].iloc[0]
+    assert base_c3["bytes_source"] == "fewest bytes" and bool(base_c3["replayed"])
+    fig = roofline.roofline(frame, CEILINGS)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("FP32" in t and "10,000 GFLOP/s" in t for t in labels)
+    assert any("copy bandwidth 1,000 GB/s" in t for t in labels)
+    assert any("hollow" in t for t in labels)
+    assert any(f"REPLAYED from run(s) {run.run_id}" in t.get_text() for t in fig.texts)
+    annotations = [c.get_text() for c in ax.texts]
+    assert "tiled C1" in annotations and "cudnn-tf32 C3" in annotations
+    assert "tiled" in roofline.point_table(frame).to_html()
+
+
+def test_roofline_with_nothing_recorded_still_draws(results_root, no_gpu):
+    frame = roofline.points(["baseline"], batch=1000)
+    assert frame.empty
+    fig = roofline.roofline(frame, profiling.ceilings_for(None))
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "device ceilings not recorded yet" in texts and "no step recorded yet" in texts
+    assert "not recorded yet" in roofline.point_table(frame).to_html()
+
+
+# ----------------------------------------------------------------------------- sanitizer
+
+
+MEMCHECK_CLEAN = """========= COMPUTE-SANITIZER
+profile_target: baseline C1 batch 4 launched
+========= ERROR SUMMARY: 0 errors
+"""
+MEMCHECK_DIRTY = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at conv_forward_baseline+0x1b0
+=========     by thread (3,0,0) in block (0,0,0)
+=========
+========= ERROR SUMMARY: 1,024 errors
+"""
+RACECHECK_CLEAN = """========= COMPUTE-SANITIZER
+========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
+
+profile_target: tiled C1 batch 4 launched
+"""  # as compute-sanitizer 2025.3 printed it on the H100: no ERROR SUMMARY line
+RACECHECK = """========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at conv_forward_tiled+0x2a0
+========= RACECHECK SUMMARY: 3 hazards displayed (2 errors, 1 warning)
+========= ERROR SUMMARY: 2 errors
+"""
+
+
+def test_sanitizer_summary_parser():
+    assert profiling.parse_sanitizer_summary(MEMCHECK_CLEAN) == {"errors": 0}
+    assert profiling.parse_sanitizer_summary(MEMCHECK_DIRTY)["errors"] == 1024
+    race = profiling.parse_sanitizer_summary(RACECHECK)
+    assert race == {"errors": 2, "hazards": 3, "hazard_errors": 2, "hazard_warnings": 1}
+    assert profiling.parse_sanitizer_summary(RACECHECK_CLEAN) == {"errors": 0, "hazards": 0, "hazard_errors": 0,
+                                                                  "hazard_warnings": 0}
+    assert profiling.parse_sanitizer_summary(RACECHECK_CLEAN.replace("(0 errors", "(5 errors"))["errors"] == 5
+    assert profiling.parse_sanitizer_summary("Device not supported")["errors"] is None
+    assert profiling.parse_sanitizer_summary("========= ERROR SUMMARY: 1 error")["errors"] == 1
+
+
+def test_sanitizer_results_are_recorded_and_shown(results_root, no_gpu):
+    run = results.create_run({"device": DEVICE, "commit": "abc", "host": "h"})
+    recs = [profiling.sanitizer_record(tool, "baseline", layer, 4,
+                                       {"errors": errors, "rc": 0 if not errors else 1, "passed": not errors})
+            for tool, errors in (("memcheck", 0), ("racecheck", 3)) for layer in ("C1", "C3")]
+    recs.append(profiling.sanitizer_record("memcheck", "tiled", "C1", 4, {"errors": None, "rc": None, "passed": False}))
+    run.write_part(profiling.SANITIZER_PART, "lenet", recs, parameters={"batch": 4})
+    html = profiling.sanitizer_table().to_html()
+    assert "pass (0 errors)" in html and "FAIL (3 errors)" in html and "did not run" in html
+    assert "Test GPU 9000" in html
+
+
+def test_sanitizer_command_uses_error_exitcode():
+    cmd = profiling.sanitizer_command("racecheck", "tiled", {"C1": {}}, 4, ["C1"], "/cs")
+    assert cmd[:5] == ["/cs", "--tool", "racecheck", "--error-exitcode", "1"]
+    assert "kernelbook.lenet.profile_target" in cmd
+
+
+def test_tools_missing_here_are_reported_not_raised(monkeypatch):
+    monkeypatch.setattr(profiling, "sanitizer_path", lambda: None)
+    with pytest.raises(profiling.ProfilerUnavailable, match="not installed"):
+        profiling.run_sanitizer("memcheck", "baseline")
+    monkeypatch.setattr(profiling, "ncu_path", lambda: None)
+    with pytest.raises(profiling.ProfilerUnavailable, match="not installed"):
+        profiling.run_ncu("baseline")
+
+
+# ----------------------------------------------------------------------------- the page
+
+
+@pytest.mark.slow
+def test_profiles_page_executes_in_replay_with_nothing_recorded(results_root, no_gpu, tmp_path):
+    import jupytext
+    from nbclient import NotebookClient
+
+    from kernelbook import paths
+
+    nb = jupytext.read(paths.book_dir() / "lenet" / "90_profiles.md")
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = "\n".join(str(o.get("data", {}).get("text/html", "")) + str(o.get("text", ""))
+                     + str(o.get("data", {}).get("text/markdown", ""))
+                     for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs)
+    assert "not recorded yet" in text
+    assert not any(o.get("output_type") == "error" for cell in nb.cells if cell.cell_type == "code"
+                   for o in cell.outputs)

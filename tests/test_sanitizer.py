@@ -1,0 +1,29 @@
+"""compute-sanitizer over real kernels (GPU machine only: `pytest -m gpu`)."""
+
+import pytest
+
+from kernelbook import profiling
+
+pytestmark = pytest.mark.gpu
+
+
+def _sanitize(tool, variant):
+    if profiling.sanitizer_path() is None:
+        pytest.skip("compute-sanitizer is not installed here")
+    try:
+        return profiling.run_sanitizer(tool, variant, batch=2, timeout=300)
+    except profiling.ProfilerUnavailable as exc:
+        if "cannot use this GPU" in exc.message:
+            pytest.skip(exc.message)
+        raise
+
+
+@pytest.mark.parametrize("variant", ["baseline", "tiled"])
+def test_memcheck_finds_no_errors(variant):
+    summary = _sanitize("memcheck", variant)
+    assert summary["errors"] == 0 and summary["rc"] == 0, summary["log_tail"]
+
+
+def test_racecheck_finds_no_shared_memory_hazards_in_the_tiled_kernel():
+    summary = _sanitize("racecheck", "tiled")
+    assert summary["errors"] == 0 and summary["rc"] == 0, summary["log_tail"]
