@@ -159,3 +159,26 @@ def timeline(grid, layer: str):
              color="0.35" if grid.session.measuring else "tab:red")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
+
+
+def time_per_image(steps: dict):
+    """Op time per image against batch size: fixed costs show as lines falling with the batch."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, layer in zip(axes, ("C1", "C3")):
+        for name, chapter in steps.items():
+            if not chapter.correct:
+                continue
+            frame = throughput(chapter)
+            frame = frame[frame["layer"] == layer].sort_values("batch")
+            ax.plot(frame["batch"], 1000 * frame["op_time_ms"] / frame["batch"], "o-", label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("op time per image (µs)")
+        ax.set_title(layer)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    current = list(steps.values())[-1]
+    _provenance(axes[0], current)
+    fig.tight_layout()
+    return fig

@@ -298,3 +298,58 @@ def step_verdict(steps: dict, batch: int | None = None, metric: str = "op_time_m
             lines.append(f"{layer} {what} at batch {batch}: {format_ms(mine['value'])}, {word} the "
                          f"{name.split(':')[0]} ({other.variant}, {format_ms(theirs['value'])}).")
     return lines or [f"No earlier step is recorded at batch {batch} to compare with."]
+
+
+def accuracy_change(steps: dict):
+    """Accuracy per batch size of this step against the baseline's (FP16 and tensor-core steps)."""
+    names = list(steps)
+    current, base = steps[names[-1]], steps[names[0]]
+    rows = []
+    for r in current.records:
+        if r["metric"] != "accuracy":
+            continue
+        ref = _find(base.records, "accuracy", "network", r["batch"])
+        rows.append({"Batch Size": r["batch"],
+                     f"Accuracy, {base.variant}": "–" if ref is None else f"{ref['value']:.4f}",
+                     f"Accuracy, {current.variant}": f"{r['value']:.4f}",
+                     "Change (images)": "–" if ref is None else
+                     f"{round((r['value'] - ref['value']) * r['batch']):+d}"})
+    caption = (f"Top-1 accuracy on the first B test images, {current.variant} against {base.variant}. "
+               f"{current.session.short_label}")
+    return styled(pd.DataFrame(rows), caption)
+
+
+def workspace_table(variant: str, chapter):
+    """The unrolled matrix per layer and batch: whole batch, and the chunk the variant uses."""
+    from .lenet import get_variant, layer_shape
+
+    impl = get_variant(variant)
+    per_layer = chapter.parameters.get("layer_params") or {}
+    rows = []
+    for layer in ("C1", "C3"):
+        params = impl.params(**{**(chapter.parameters.get("params") or {}), **per_layer.get(layer, {})})
+        for batch in chapter.parameters.get("batch_sizes", []):
+            shape = layer_shape(layer, batch)
+            whole = impl.workspace_bytes(shape, dict(params, workspace_mib=None))
+            chunk = impl.chunk_images(shape, params)
+            rows.append({"Layer": layer, "Batch Size": batch,
+                         "Unrolled matrix, whole batch": f"{whole / 2**30:.2f} GiB",
+                         "Images per chunk": chunk,
+                         "Workspace used": f"{impl.workspace_bytes(shape, params) / 2**20:.0f} MiB",
+                         "Chunks": -(-batch // chunk)})
+    return styled(pd.DataFrame(rows), f"Computed from the shapes and workspace_mib={params['workspace_mib']}.")
+
+
+def grid_table(grid):
+    """Every configuration of a grid: its status and its time per layer and batch."""
+    frame = grid.frame()
+    metric = grid.parameters["metric"]
+    frame = frame[frame["metric"] == metric]
+    rows = []
+    for (label, layer), group in frame.groupby(["config_label", "layer"], sort=False):
+        row = {"Configuration": label, "Layer": layer, "Check": group["status"].iloc[0]}
+        for _, r in group.sort_values("batch").iterrows():
+            row[f"B={r['batch']}"] = format_ms(r["value"]) if r["value"] == r["value"] and r["value"] is not None else "–"
+        rows.append(row)
+    what = metric.replace("_ms", "").replace("_", " ")
+    return styled(pd.DataFrame(rows), f"{grid.variant}: {what} (median) of every configuration. {grid.label}")

@@ -5,6 +5,7 @@
 #   2. record the device (nvidia-smi, nvcc, Python and package versions) in $OUT/logs/device.txt
 #   3. run the GPU tests:            python3 -m pytest -m gpu -q
 #   4. run the papermill batch:      python3 -m kernelbook run --mode measure "$@"
+#      then compute-sanitizer memcheck + racecheck over every kernel: scripts/sanitize.py
 #   5. pack the new run folder(s) of data/results/, _build/executed/ and the logs into
 #      $OUT/run.tar.gz (unpack here with scripts/import_device_run.sh)
 #
@@ -21,6 +22,7 @@
 #                       plus +dirty if needed> bash scripts/device_run.sh --only 'lenet/*'
 #   PYTHON              the interpreter (default python3, the device's /opt/torch venv)
 #   BATCH_TIMEOUT       seconds the papermill batch may take (default: no limit)
+#   SANITIZE_TIMEOUT    seconds compute-sanitizer may take over all variants (default 300)
 #
 # The run tool must carry the git-ignored wheels: carry: [".whl"].
 # Arguments are passed to `kernelbook run`, e.g. --only 'lenet/*' -p repeats=20.
@@ -109,6 +111,16 @@ if [ "$rc" -eq 5 ]; then note "ok     pytest -m gpu (no GPU tests collected)"; e
 # still packs whatever the finished notebooks recorded.
 timeout "${BATCH_TIMEOUT:-100000}" "$PY" -m kernelbook run --mode measure "$@" 2>&1 | tee "$LOGS/batch.log"
 finish_step "kernelbook run --mode measure $*" "${PIPESTATUS[0]}"
+
+# 4b. compute-sanitizer over every kernel, recorded into the batch's run (after the batch, so
+# each variant is checked with the configuration its chapter timed) --------------------------
+batch_run=$("$PY" -c "import json; print(json.load(open('_build/executed/batch.json'))['run_id'])" 2>/dev/null)
+if [ -n "$batch_run" ] && [ -d "data/results/$batch_run" ]; then
+  timeout "${SANITIZE_TIMEOUT:-300}" "$PY" scripts/sanitize.py --run-id "$batch_run" 2>&1 | tee "$LOGS/sanitize.log" | tail -5
+  finish_step "scripts/sanitize.py --run-id $batch_run" "${PIPESTATUS[0]}"
+else
+  note "skipped sanitizer: the batch recorded no run"
+fi
 
 # 5. pack ---------------------------------------------------------------------------------------
 new_runs=()
