@@ -23,6 +23,7 @@
 #   PYTHON              the interpreter (default python3, the device's /opt/torch venv)
 #   BATCH_TIMEOUT       seconds the papermill batch may take (default: no limit)
 #   SANITIZE_TIMEOUT    seconds compute-sanitizer may take over all variants (default 300)
+#   GPU_TESTS_TIMEOUT   seconds the GPU tests may take (default: no limit)
 #
 # The run tool must carry the git-ignored wheels: carry: [".whl"].
 # Arguments are passed to `kernelbook run`, e.g. --only 'lenet/*' -p repeats=20.
@@ -102,7 +103,7 @@ PY
 finish_step "import check (papermill, jupytext, nbclient, ipykernel, IPython, kernelbook.batch)" "${PIPESTATUS[0]}"
 
 # 3. GPU tests ----------------------------------------------------------------------------------
-"$PY" -m pytest -m gpu -q 2>&1 | tee "$LOGS/pytest-gpu.log"
+timeout "${GPU_TESTS_TIMEOUT:-100000}" "$PY" -m pytest -m gpu -q 2>&1 | tee "$LOGS/pytest-gpu.log"
 rc=${PIPESTATUS[0]}
 if [ "$rc" -eq 5 ]; then note "ok     pytest -m gpu (no GPU tests collected)"; else finish_step "pytest -m gpu" "$rc"; fi
 
