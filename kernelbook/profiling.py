@@ -644,14 +644,7 @@ def chapter_layer_params(chapter) -> dict:
 
 def _replay_source(name: str, prefer_run: str | None):
     """The run holding part ``name``: ``prefer_run`` when it has it, else the newest; or None."""
-    try:
-        if prefer_run:
-            run = results.load_run(prefer_run)
-            if run.has_part(name):
-                return run
-        return results.newest_run_with(name)
-    except ResultsError:
-        return None
+    return results.run_with(name, prefer_run)
 
 
 def _frame(records: list[dict]):

@@ -275,6 +275,22 @@ def newest_run_with(part_name: str, root: Path | None = None) -> Run:
     return runs[-1]
 
 
+def run_with(part_name: str, prefer_run: str | None = None, root: Path | None = None) -> Run | None:
+    """The run to read ``part_name`` from: ``prefer_run`` when it exists and holds it (so a page
+    compares like with like), else the newest run that holds it; None when no run does."""
+    if prefer_run:
+        try:
+            run = load_run(prefer_run, root)
+        except ResultsError:
+            run = None  # e.g. the id a replayed batch was given: nothing was written under it
+        if run is not None and run.has_part(part_name):
+            return run
+    try:
+        return newest_run_with(part_name, root)
+    except ResultsError:
+        return None
+
+
 # ----------------------------------------------------------------------------- reading
 
 

@@ -84,3 +84,12 @@ def test_recorded_runs_in_the_repository_are_valid():
             run.read_part(name)
     if os.environ.get("CI"):
         assert runs, "data/results/ holds no recorded run; the book cannot replay"
+
+
+def test_run_with_prefers_an_existing_run_and_falls_back_to_the_newest(results_root):
+    old = fabricate_chapter(results_root, run_id="20261101T0000Z-aaaaaa")
+    new = fabricate_chapter(results_root, run_id="20261121T0000Z-bbbbbb")
+    assert results.run_with("lenet-baseline", old.run_id).run_id == old.run_id
+    # a replayed batch's id names no folder: the newest recording is used, not "nothing"
+    assert results.run_with("lenet-baseline", "20261122T0550Z-ffffff").run_id == new.run_id
+    assert results.run_with("lenet-tiled", new.run_id) is None

@@ -67,8 +67,6 @@ def for_chapter(chapter):
     read from its run (or the newest run that has it) when it replays."""
     import pandas as pd
 
-    from ..errors import ResultsError
-
     name = f"{STUDY}-{chapter.variant}-compiler"
     run = chapter.session.run
     layer_params = chapter.parameters.get("layer_params") or {}
@@ -78,9 +76,8 @@ def for_chapter(chapter):
                                                          "sass": cuobjdump_path() is not None})
         sess = chapter.session
     else:
-        try:
-            source = run if run.has_part(name) else results.newest_run_with(name)
-        except ResultsError:
+        source = results.run_with(name, run.run_id)
+        if source is None:
             return None, pd.DataFrame()
         records = source.read_part(name)["records"]
         sess = session_mod.Session(name, "replay", source, chapter.session.reason)

@@ -170,14 +170,9 @@ def load_recorded(variant: str, prefer_run: str | None = None) -> ChapterResult 
     """A step's recorded chapter for comparisons: from ``prefer_run`` (the run being written,
     so a batch compares like with like) when it holds the step, else the newest run that does.
     None when no run has it."""
-    from ..errors import ResultsError
-
     name = part_name(variant)
-    try:
-        run = results.load_run(prefer_run) if prefer_run else None
-        if run is None or not run.has_part(name):
-            run = results.newest_run_with(name)
-    except ResultsError:
+    run = results.run_with(name, prefer_run)
+    if run is None:
         return None
     part = run.read_part(name)
     sess = session_mod.Session(name, "replay", run, "recorded earlier, shown for comparison")
