@@ -46,23 +46,46 @@ def define_options(defines: Mapping[str, object]) -> tuple[str, ...]:
 
 
 def source_hash(relpath: str) -> str:
-    """Hash of the file and of the files it #includes from its folder (one level is enough here).
+    """Hash of the file and of the files it #includes with quotes, followed recursively.
 
-    Launch paths call this for every launch, so the hash is cached per file state (size and
-    modification time): a stat, not a read, unless the file changed.
+    A step may include the previous step's file, which includes a shared header
+    (``kernels/lenet/*.cuh``), so every level counts. Launch paths call this for every launch,
+    so the hash is cached per state (size and modification time) of all those files: a stat
+    per file, not a read, unless one of them changed.
     """
-    src = source_path(relpath)
-    stat = src.stat()
-    return _hash_file(src, stat.st_mtime_ns, stat.st_size)
+    return _hash_file(_include_stamps(source_path(relpath)))
+
+
+def _include_stamps(src: Path) -> tuple[tuple[Path, int, int], ...]:
+    """(path, mtime_ns, size) of ``src`` and of what it includes, depth first, each file once."""
+    stamps: list[tuple[Path, int, int]] = []
+    seen: set[Path] = set()
+
+    def visit(path: Path) -> None:
+        if path in seen:
+            return
+        seen.add(path)
+        stat = path.stat()
+        stamps.append((path, stat.st_mtime_ns, stat.st_size))
+        for name in _quoted_includes(path, stat.st_mtime_ns, stat.st_size):
+            included = path.parent / name  # relative to the including file, as nvcc resolves it
+            if included.is_file():
+                visit(included)
+
+    visit(src)
+    return tuple(stamps)
 
 
 @functools.lru_cache(maxsize=512)
-def _hash_file(src: Path, mtime_ns: int, size: int) -> str:
-    digest = hashlib.sha256(src.read_bytes())
-    for name in re.findall(r'#include\s+"([^"]+)"', src.read_text()):
-        included = src.parent / name
-        if included.is_file():
-            digest.update(included.read_bytes())
+def _quoted_includes(path: Path, mtime_ns: int, size: int) -> tuple[str, ...]:
+    return tuple(re.findall(r'#include\s+"([^"]+)"', path.read_text()))
+
+
+@functools.lru_cache(maxsize=512)
+def _hash_file(stamps: tuple[tuple[Path, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for path, _, _ in stamps:
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

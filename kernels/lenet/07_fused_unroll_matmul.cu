@@ -33,18 +33,16 @@
 #define TILE 16
 #endif
 
+// gemm_dims, gemm_column (n -> b, hw, x_col) and x_row_offset (r -> (c*H + p)*W + q).
+#include "implicit_gemm.cuh"
+
 extern "C" __global__ void conv_fused_unroll(float *y, const float *x, const float *k,
                                              int B, int M, int C, int H, int W, int K)
 {
     __shared__ float k_tile[TILE][TILE];  // rows m, columns r
     __shared__ float x_tile[TILE][TILE];  // rows r, columns n: a tile of the virtual xu
 
-    const int H_out = H - K + 1;
-    const int W_out = W - K + 1;
-    const int HW = H_out * W_out;
-    const int KK = K * K;
-    const int CKK = C * KK;
-    const int N = B * HW;
+    const auto [H_out, W_out, HW, KK, CKK, N] = gemm_dims(B, C, H, W, K);  // implicit_gemm.cuh
 
     const int tx = threadIdx.x;
     const int ty = threadIdx.y;
@@ -57,12 +55,10 @@ extern "C" __global__ void conv_fused_unroll(float *y, const float *x, const flo
     // Its (b, h, w) decomposition is done once, outside the reduction loop.
     int b = 0, hw = 0, x_col = 0;
     if (n_valid) {
-        const int n = (int)n_unsigned;
-        b = n / HW;
-        hw = n - b * HW;
-        const int h = hw / W_out;
-        const int w = hw - h * W_out;
-        x_col = b * C * H * W + h * W + w;
+        const GemmColumn col = gemm_column((int)n_unsigned, HW, W_out, C, H, W);
+        b = col.b;
+        hw = col.hw;
+        x_col = col.x_col;  // b*C*H*W + h*W + w
     }
 
     float acc = 0.0f;
@@ -76,12 +72,8 @@ extern "C" __global__ void conv_fused_unroll(float *y, const float *x, const flo
         const int rx = r0 + ty;
         float v = 0.0f;
         if (n_valid && rx < CKK) {
-            const int c = rx / KK;
-            const int pq = rx - c * KK;
-            const int p = pq / K;
-            const int q = pq - p * K;
             // Consecutive tx are consecutive w (within an output row): coalesced reads.
-            v = x[x_col + (c * H + p) * W + q];
+            v = x[x_col + x_row_offset(rx, KK, K, H, W)];  // x_row = (c*H + p)*W + q
         }
         x_tile[ty][tx] = v;
         __syncthreads();  // both tiles complete before the inner product reads them

@@ -44,6 +44,9 @@
 #error "TILE must be even: reduction indices are packed in pairs"
 #endif
 
+// gemm_dims, gemm_column (n -> b, hw, x_col) and x_row_offset (r -> (c*H + p)*W + q).
+#include "implicit_gemm.cuh"
+
 extern "C" __global__ void conv_fp16(float *y, const float *x, const float *k,
                                      int B, int M, int C, int H, int W, int K)
 {
@@ -54,12 +57,7 @@ extern "C" __global__ void conv_fp16(float *y, const float *x, const float *k,
     __half *k_half = reinterpret_cast<__half *>(&k_tile[0][0]);
     __half *x_half = reinterpret_cast<__half *>(&x_tile[0][0]);
 
-    const int H_out = H - K + 1;
-    const int W_out = W - K + 1;
-    const int HW = H_out * W_out;
-    const int KK = K * K;
-    const int CKK = C * KK;
-    const int N = B * HW;
+    const auto [H_out, W_out, HW, KK, CKK, N] = gemm_dims(B, C, H, W, K);  // implicit_gemm.cuh
 
     const int tx = threadIdx.x;
     const int ty = threadIdx.y;
@@ -71,12 +69,10 @@ extern "C" __global__ void conv_fp16(float *y, const float *x, const float *k,
     // The thread's column (b, h, w), decomposed once: it loads and computes this column.
     int b = 0, hw = 0, x_col = 0;
     if (n_valid) {
-        const int n = (int)n_unsigned;
-        b = n / HW;
-        hw = n - b * HW;
-        const int h = hw / W_out;
-        const int w = hw - h * W_out;
-        x_col = b * C * H * W + h * W + w;
+        const GemmColumn col = gemm_column((int)n_unsigned, HW, W_out, C, H, W);
+        b = col.b;
+        hw = col.hw;
+        x_col = col.x_col;
     }
 
     const __half2 zero2 = __float2half2_rn(0.0f);
@@ -93,11 +89,7 @@ extern "C" __global__ void conv_fp16(float *y, const float *x, const float *k,
         const int rx = r0 + ty;
         float xv = 0.0f;
         if (n_valid && rx < CKK) {
-            const int c = rx / KK;
-            const int pq = rx - c * KK;
-            const int p = pq / K;
-            const int q = pq - p * K;
-            xv = x[x_col + (c * H + p) * W + q];
+            xv = x[x_col + x_row_offset(rx, KK, K, H, W)];
         }
         // Rows ty and ty+1 (one warp for TILE = 16) fill the two halves of the same 32-bit
         // word: same word, so no bank conflict.

@@ -550,146 +550,18 @@ conv_direct_3xtf32(float *__restrict__ y, const float *__restrict__ x, const flo
 
 // ------------------------------------------------------------------ the generic fallback
 
-#define FB_TY (FB_BM / FB_TM)
-#define FB_TX (FB_BN / FB_TN)
-#define FB_THREADS (FB_TX * FB_TY)
-#define FB_COLS (FB_BN >= FB_THREADS ? FB_BN / FB_THREADS : 1)
-#define FB_ROW_GROUPS (FB_THREADS >= FB_BN ? FB_THREADS / FB_BN : 1)
-#define FB_LDK (FB_BM + 1)
+// Step 13's FP32 register-tiled implicit GEMM, compiled here with the FB_* tiles: k tile
+// transposed in shared memory, gathered x tile with per-thread column offsets and a
+// double-buffered row-offset table, FB_TM x FB_TN register outer products, strided ownership
+// for conflict-free shared reads and coalesced writes. REGISTER_TILING_TEMPLATE_ONLY takes its
+// kernel template without step 13's parameters and entry point.
+#define REGISTER_TILING_TEMPLATE_ONLY 1
+#include "13_register_tiling.cu"
 
-static_assert(FB_BM % FB_TM == 0 && FB_BN % FB_TN == 0, "FB_TM | FB_BM and FB_TN | FB_BN");
-static_assert(FB_BN % FB_THREADS == 0 || FB_THREADS % FB_BN == 0, "FB_BN and the thread count divide one another");
-static_assert(FB_BK % FB_ROW_GROUPS == 0, "FB_BK is a multiple of the threads sharing a column");
+#define FB_THREADS ((FB_BM / FB_TM) * (FB_BN / FB_TN))
 
-// The reduction index r = (c, p, q) as an offset into x relative to a column, or -1 past CKK.
-__device__ __forceinline__ int fb_row_offset(int r, int CKK, int kk, int K, int H, int W)
-{
-    if (r >= CKK) {
-        return -1;
-    }
-    const int c = r / kk;
-    const int pq = r - c * kk;
-    const int p = pq / K;
-    const int q = pq - p * K;
-    return (c * H + p) * W + q;
-}
-
-// Implicit GEMM y (M x N) = k (M x CKK) * xu (CKK x N), N = B*H_out*W_out; see step 13 for
-// the design: k tile transposed in shared memory, gathered x tile with per-thread column
-// offsets and a double-buffered row-offset table, TM x TN register outer products, strided
-// ownership for conflict-free shared reads and coalesced writes.
 extern "C" __global__ void __launch_bounds__(FB_THREADS)
 conv_fallback(float *y, const float *x, const float *k, int B, int M, int C, int H, int W, int K)
 {
-    __shared__ float k_tile[FB_BK * FB_LDK];
-    __shared__ float x_tile[FB_BK * FB_BN];
-    __shared__ int x_row[2][FB_BK];
-
-    const int H_out = H - K + 1;
-    const int W_out = W - K + 1;
-    const int HW = H_out * W_out;
-    const int kk_size = K * K;
-    const int CKK = C * kk_size;
-    const int N = B * HW;
-
-    const int tid = threadIdx.x;
-    const int tx = tid % FB_TX;
-    const int ty = tid / FB_TX;
-    const int m0 = blockIdx.y * FB_BM;
-    const int n0 = blockIdx.x * FB_BN;  // n0 + FB_BN fits in int (checked before launch)
-
-    const int col0 = tid % FB_BN;
-    const int row0 = tid / FB_BN;
-    int x_col[FB_COLS];
-#pragma unroll
-    for (int j = 0; j < FB_COLS; ++j) {
-        const int n = n0 + col0 + j * FB_THREADS;
-        x_col[j] = -1;
-        if (n < N) {
-            const int b = n / HW;
-            const int hw = n - b * HW;
-            const int h = hw / W_out;
-            const int w = hw - h * W_out;
-            x_col[j] = b * C * H * W + h * W + w;
-        }
-    }
-    if (tid < FB_BK) {
-        x_row[0][tid] = fb_row_offset(tid, CKK, kk_size, K, H, W);
-    }
-    __syncthreads();  // table 0 is read by every thread in the first K-tile
-
-    float acc[FB_TM][FB_TN];
-#pragma unroll
-    for (int i = 0; i < FB_TM; ++i) {
-#pragma unroll
-        for (int j = 0; j < FB_TN; ++j) {
-            acc[i][j] = 0.0f;
-        }
-    }
-
-    int buf = 0;
-    for (int r0 = 0; r0 < CKK; r0 += FB_BK) {
-        if (tid < FB_BK) {  // next tile's table; its last readers finished before the last barrier
-            x_row[buf ^ 1][tid] = fb_row_offset(r0 + FB_BK + tid, CKK, kk_size, K, H, W);
-        }
-#pragma unroll
-        for (int e = tid; e < FB_BM * FB_BK; e += FB_THREADS) {
-            const int i = e / FB_BK;
-            const int j = e % FB_BK;
-            const int m = m0 + i;
-            const int r = r0 + j;
-            k_tile[j * FB_LDK + i] = (m < M && r < CKK) ? k[m * CKK + r] : 0.0f;
-        }
-#pragma unroll
-        for (int i = 0; i < FB_BK / FB_ROW_GROUPS; ++i) {
-            const int row = row0 + i * FB_ROW_GROUPS;
-            const int off = x_row[buf][row];
-#pragma unroll
-            for (int j = 0; j < FB_COLS; ++j) {
-                x_tile[row * FB_BN + col0 + j * FB_THREADS] =
-                    (off >= 0 && x_col[j] >= 0) ? x[x_col[j] + off] : 0.0f;
-            }
-        }
-        __syncthreads();  // tiles complete before the outer products
-
-#pragma unroll
-        for (int kk = 0; kk < FB_BK; ++kk) {
-            float a[FB_TM];
-            float bv[FB_TN];
-#pragma unroll
-            for (int i = 0; i < FB_TM; ++i) {
-                a[i] = k_tile[kk * FB_LDK + ty + i * FB_TY];
-            }
-#pragma unroll
-            for (int j = 0; j < FB_TN; ++j) {
-                bv[j] = x_tile[kk * FB_BN + tx + j * FB_TX];
-            }
-#pragma unroll
-            for (int i = 0; i < FB_TM; ++i) {
-#pragma unroll
-                for (int j = 0; j < FB_TN; ++j) {
-                    acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
-                }
-            }
-        }
-        __syncthreads();  // the next K-tile overwrites the tiles
-        buf ^= 1;
-    }
-
-#pragma unroll
-    for (int j = 0; j < FB_TN; ++j) {
-        const int n = n0 + tx + j * FB_TX;
-        if (n >= N) {
-            continue;
-        }
-        const int b = n / HW;
-        const int hw = n - b * HW;
-#pragma unroll
-        for (int i = 0; i < FB_TM; ++i) {
-            const int m = m0 + ty + i * FB_TY;
-            if (m < M) {
-                y[(b * M + m) * HW + hw] = acc[i][j];
-            }
-        }
-    }
+    register_tiled_conv<FB_BM, FB_BN, FB_BK, FB_TM, FB_TN>(y, x, k, B, M, C, H, W, K);
 }
