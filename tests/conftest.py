@@ -17,6 +17,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def no_gpu(monkeypatch):
+    """Behave as a machine without a GPU, whatever this one has."""
+    monkeypatch.setenv("KERNELBOOK_NO_GPU", "1")
+    gpu.availability.cache_clear()
+    yield
+    gpu.availability.cache_clear()
+
+
+@pytest.fixture
 def results_root(tmp_path, monkeypatch):
     root = tmp_path / "results"
     root.mkdir()

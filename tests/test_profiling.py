@@ -269,14 +269,6 @@ def test_profile_target_refuses_bad_arguments_before_touching_a_gpu(capsys):
 # ----------------------------------------------------------------------------- chapters
 
 
-@pytest.fixture
-def no_gpu(monkeypatch):
-    monkeypatch.setenv("KERNELBOOK_NO_GPU", "1")
-    session.gpu.availability.cache_clear()
-    yield
-    session.gpu.availability.cache_clear()
-
-
 def _write_ncu(run, variant, scale=1.0):
     records, kernels = _records(variant=variant)
     for r in records:

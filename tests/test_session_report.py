@@ -7,14 +7,6 @@ from kernelbook.lenet.study import run_chapter
 from conftest import fabricate_chapter
 
 
-@pytest.fixture
-def no_gpu(monkeypatch):
-    monkeypatch.setenv("KERNELBOOK_NO_GPU", "1")
-    session.gpu.availability.cache_clear()
-    yield
-    session.gpu.availability.cache_clear()
-
-
 def test_auto_mode_without_gpu_replays_and_says_so(results_root, no_gpu):
     run = fabricate_chapter(results_root)
     chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="auto")

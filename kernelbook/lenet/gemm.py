@@ -347,6 +347,14 @@ def _wmma_tiles(params: dict) -> tuple[int, int, int]:
     return fm, params["warps"] * params["frags_n"] * fn, 32 * params["warps"]
 
 
+def _launch_wmma(kernel, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
+    """One block per (bn output pixels) x (bm maps) tile of the implicit GEMM."""
+    bm, bn, threads = _wmma_tiles(params)
+    n = shape.B * shape.H_out * shape.W_out
+    kernel((ceil_div(n, bn), ceil_div(shape.M, bm)), (threads,),
+           (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+
+
 def _validate_wmma_common(shape: ConvShape, params: dict, frag_k: int, elem_bytes: int,
                           table: bool) -> None:
     _choice_param(params, "shape", tuple(FRAGMENTS))
@@ -414,11 +422,7 @@ class TensorCores(ConvVariant):
         _validate_wmma_common(shape, params, 8 if tf32 else 16, 4 if tf32 else 2, table=False)
 
     def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        bm, bn, threads = _wmma_tiles(params)
-        n = shape.B * shape.H_out * shape.W_out
-        kernel = self.kernel(self.kernel_names[0], params, shape)
-        kernel((ceil_div(n, bn), ceil_div(shape.M, bm)), (threads,),
-               (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+        _launch_wmma(self.kernel(self.kernel_names[0], params, shape), y, x, k, shape, params, stream)
 
 
 @register
@@ -452,11 +456,7 @@ class IndexReuse(ConvVariant):
         _validate_wmma_common(shape, params, 16, 2, table=True)
 
     def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        bm, bn, threads = _wmma_tiles(params)
-        n = shape.B * shape.H_out * shape.W_out
-        kernel = self.kernel(self.kernel_names[0], params, shape)
-        kernel((ceil_div(n, bn), ceil_div(shape.M, bm)), (threads,),
-               (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+        _launch_wmma(self.kernel(self.kernel_names[0], params, shape), y, x, k, shape, params, stream)
 
 
 @register
