@@ -2,6 +2,7 @@
 #
 #   make book                      execute the notebooks (measure on a GPU, replay without) and build
 #   make book MODE=replay          never measure, even on a GPU
+#   make book PROFILE=0            measure without the Nsight Compute profiles (quicker)
 #   make book ONLY='lenet/*' PARAMS='repeats=20 batch_sizes=[100,1000]'
 #   make test                      the tests that need no GPU (the book build included)
 #   make test-gpu                  the tests that need a CUDA GPU
@@ -17,9 +18,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 MODE   ?= auto
+PROFILE ?= 1
 ONLY   ?=
 PARAMS ?=
 STRICT ?= 1
+
+# Nsight Compute profiles every step when measuring; PROFILE=0 skips it for quick runs.
+export KERNELBOOK_PROFILE := $(PROFILE)
 
 RUN_ARGS   := --mode $(MODE) $(if $(ONLY),--only '$(ONLY)') $(foreach p,$(PARAMS),-p '$(p)')
 BUILD_ARGS := $(if $(filter 1,$(STRICT)),,--no-strict)
