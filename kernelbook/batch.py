@@ -333,6 +333,7 @@ def run_batch(
         run_id = given_id
     if mode not in MODES:
         raise BatchError(f"mode={mode!r} is not one of {', '.join(MODES)}.", "pass --mode auto, measure or replay.")
+    given_run_id = bool(run_id)
     run_id = results.validate_run_id(run_id) if run_id else results.new_run_id()
 
     toc = Path(toc) if toc else paths.REPO_ROOT / "_toc.yml"
@@ -345,7 +346,12 @@ def run_batch(
         started_utc=results.utc_now(),
     )
     batch_json = out_dir / "batch.json"
-    injected = {**parameters, "mode": mode, "run_id": run_id}
+    # Notebooks that will replay write nothing, so a generated run id is not passed to them: a
+    # reader of a replayed page must not see the id of a run that was never recorded.
+    from . import gpu
+
+    measuring = mode == "measure" or (mode == "auto" and gpu.available())
+    injected = {**parameters, "mode": mode, "run_id": run_id if measuring or given_run_id else None}
 
     with tempfile.TemporaryDirectory(prefix="kernelbook-batch-") as tmp:
         # Convert and check every notebook first: a typo in -p should cost seconds, not a
