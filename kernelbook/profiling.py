@@ -39,12 +39,11 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable
 
 from . import paths, results
 from . import session as session_mod
-from .errors import KernelbookError, ResultsError
+from .errors import KernelbookError
 
 STUDY = "lenet"
 NCU_BATCH = 1000

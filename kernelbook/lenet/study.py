@@ -275,7 +275,7 @@ def _measure_grid(impl, configs, merged, metric, sizes, repeats, warmup, weights
     feeder = GpuLeNet(weights, "baseline")  # only to produce C3's real input
     masks = {"C1": feeder.k1, "C3": feeder.k3}
     rng = np.random.default_rng(seed)
-    records, timeline_rows = [], []
+    records = []
     for config, params in zip(configs, merged):
         label = config_label(config)
         verdicts = {}
