@@ -44,6 +44,7 @@ from typing import Iterable
 from . import paths, results
 from . import session as session_mod
 from .errors import KernelbookError
+from .report import message_table, record_value, styled
 
 STUDY = "lenet"
 NCU_BATCH = 1000
@@ -218,7 +219,7 @@ def metric_definitions():
              "Nsight Compute metric(s), first available": " | ".join(
                  (" + " if spec.combine == "sum" else " or max ").join(alt) for alt in spec.alternatives),
              "Over a layer's kernels": how[spec.aggregate]} for spec in METRICS]
-    return _styled(pd.DataFrame(rows), "The metrics this book records from Nsight Compute.")
+    return styled(pd.DataFrame(rows), "The metrics this book records from Nsight Compute.")
 
 
 def base_name(metric: str) -> str:
@@ -703,13 +704,6 @@ def for_chapter(chapter, profile: bool = True, batch: int = NCU_BATCH, timeout: 
     return sess, _frame(records), f"{status} {shown}".strip()
 
 
-def _value(records: list[dict], metric: str, layer: str) -> float | None:
-    for r in records:
-        if r["metric"] == metric and r["layer"] == layer:
-            return r["value"]
-    return None
-
-
 def format_metric(metric: str, value: float | None) -> str:
     if value is None:
         return "–"
@@ -757,14 +751,6 @@ def _steps(chapter, previous: str | None, evidence=None) -> dict:
     return steps
 
 
-def _message_table(text: str, caption: str):
-    import pandas as pd
-
-    from .report import styled
-
-    return styled(pd.DataFrame({"": [text]}), caption)
-
-
 def comparison_frame(steps: dict, metrics: Iterable[str] = COMPARED, layers: Iterable[str] = LAYERS):
     """Rows (layer, metric); a column per step; then the change against previous and baseline."""
     import pandas as pd
@@ -773,7 +759,7 @@ def comparison_frame(steps: dict, metrics: Iterable[str] = COMPARED, layers: Ite
     this = steps.get("this step")
     for layer in layers:
         for metric in metrics:
-            values = {role: _value(records, metric, layer) for role, (_, _, records) in steps.items()}
+            values = {role: record_value(records, metric, layer) for role, (_, _, records) in steps.items()}
             if all(v is None for v in values.values()):
                 continue
             row = {"Layer": layer, "Metric": SPECS[metric].title if metric in SPECS else metric}
@@ -795,19 +781,13 @@ def ncu_comparison(chapter, previous: str | None = None, evidence=None, metrics:
     """
     steps = _steps(chapter, previous, evidence)
     if "this step" not in steps:
-        return _message_table(f"No Nsight Compute metrics recorded for {chapter.variant} ({NOT_RECORDED}).",
+        return message_table(f"No Nsight Compute metrics recorded for {chapter.variant} ({NOT_RECORDED}).",
                               "Nsight Compute")
     frame = comparison_frame(steps, metrics)
     batch = next((r["batch"] for r in steps["this step"][2] if r.get("batch")), NCU_BATCH)
     labels = " | ".join(f"{role}: {sess.short_label}" for role, (_, sess, _) in steps.items())
     caption = (f"Nsight Compute (ncu --clock-control none), one launch per layer at batch {batch}; changes are "
                f"relative (this step against the other). {labels}")
-    return _styled(frame, caption)
-
-
-def _styled(frame, caption: str):
-    from .report import styled
-
     return styled(frame, caption)
 
 
@@ -824,7 +804,7 @@ def stall_frame(steps: dict, layers: Iterable[str] = LAYERS):
         for reason in reasons:
             row = {"Layer": layer, "Stall reason": reason.replace("_", " ")}
             for role, (slug, _, records) in steps.items():
-                value = _value(records, f"stall_{reason}", layer)
+                value = record_value(records, f"stall_{reason}", layer)
                 rank = next((int(r["stall_rank"]) for r in records if r["metric"] == f"stall_{reason}"
                              and r["layer"] == layer and r.get("stall_rank")), None)  # may be a float from pandas
                 row[f"{role.capitalize()} ({slug})"] = ("–" if value is None else
@@ -837,10 +817,10 @@ def stall_table(chapter, previous: str | None = None, evidence=None):
     """Top warp-stall reasons per layer: cycles a warp spends stalled per issued instruction."""
     steps = _steps(chapter, previous, evidence)
     if "this step" not in steps:
-        return _message_table(f"No warp-stall reasons recorded for {chapter.variant} ({NOT_RECORDED}).",
+        return message_table(f"No warp-stall reasons recorded for {chapter.variant} ({NOT_RECORDED}).",
                               "Warp stalls")
     labels = " | ".join(f"{role}: {sess.short_label}" for role, (_, sess, _) in steps.items())
-    return _styled(stall_frame(steps), "Top warp-stall reasons (warp cycles stalled per issued instruction, "
+    return styled(stall_frame(steps), "Top warp-stall reasons (warp cycles stalled per issued instruction, "
                                        f"#rank within the step). {labels}")
 
 
@@ -870,13 +850,13 @@ def ncu_overview(variants: Iterable[str] | None = None, prefer_run: str | None =
     recorded = {v: f for v, f in found.items() if f[0] is not None}
     absent = [v for v in variants if v not in recorded]
     if not recorded:
-        return _message_table(f"No Nsight Compute metrics are recorded for any step ({NOT_RECORDED}).",
+        return message_table(f"No Nsight Compute metrics are recorded for any step ({NOT_RECORDED}).",
                               "Nsight Compute, every step")
     rows = []
     for layer in LAYERS:
         for metric in metrics:
             row = {"Layer": layer, "Metric": SPECS[metric].title}
-            row.update({v: format_metric(metric, _value(f[1], metric, layer)) for v, f in recorded.items()})
+            row.update({v: format_metric(metric, record_value(f[1], metric, layer)) for v, f in recorded.items()})
             if any(row[v] != "–" for v in recorded):
                 rows.append(row)
         row = {"Layer": layer, "Metric": "Top stalls (cycles/instr)"}
@@ -886,7 +866,7 @@ def ncu_overview(variants: Iterable[str] | None = None, prefer_run: str | None =
         rows.append(row)
     labels = "; ".join(f"{v}: {f[0].short_label}" for v, f in recorded.items())
     missing = f" Not recorded yet: {', '.join(absent)}." if absent else ""
-    return _styled(pd.DataFrame(rows), f"Nsight Compute metrics of every profiled step (each from its newest "
+    return styled(pd.DataFrame(rows), f"Nsight Compute metrics of every profiled step (each from its newest "
                                        f"recording{' or run ' + prefer_run if prefer_run else ''}).{missing} {labels}")
 
 
@@ -1064,7 +1044,7 @@ def ceilings_table(found: Ceilings):
         text = NOT_RECORDED if r is None else ("not measured" if value is None else
                                                f"{value:,.0f} {CEILING_METRICS[metric]}")
         rows.append({"Ceiling": title, "Value": text, "How": (r or {}).get("how", "")})
-    return _styled(pd.DataFrame(rows), f"Measured ceilings of the device. {found.label}")
+    return styled(pd.DataFrame(rows), f"Measured ceilings of the device. {found.label}")
 
 
 # ----------------------------------------------------------------------------- cuDNN
@@ -1198,13 +1178,6 @@ def floor_ms(shape, ceilings) -> float | None:
     return max(shape.min_bytes / (bandwidth * 1e9), shape.flops / (rate * 1e9)) * 1e3
 
 
-def _op_time(records: list[dict], layer: str, batch: int) -> float | None:
-    for r in records:
-        if r["metric"] == "op_time_ms" and r["layer"] == layer and r["batch"] == batch and r["value"] is not None:
-            return r["value"]
-    return None
-
-
 def floor_frame(steps: dict, ceilings, cudnn_records: list[dict], batch: int = 10000):
     """Every step's op time at ``batch`` per layer, its GFLOP/s, % of the floor and ratio to cuDNN.
 
@@ -1216,7 +1189,7 @@ def floor_frame(steps: dict, ceilings, cudnn_records: list[dict], batch: int = 1
     from .report import format_ms
 
     rows = []
-    cudnn_time = {(v, layer): _op_time([r for r in cudnn_records if r["variant"] == v], layer, batch)
+    cudnn_time = {(v, layer): record_value([r for r in cudnn_records if r["variant"] == v], "op_time_ms", layer, batch)
                   for v in ("cudnn", "cudnn-tf32") for layer in LAYERS}
     entries = [(v, ch.records if ch is not None and ch.correct else None,
                 ch.session.short_label if ch is not None else NOT_RECORDED) for v, ch in steps.items()]
@@ -1227,7 +1200,7 @@ def floor_frame(steps: dict, ceilings, cudnn_records: list[dict], batch: int = 1
         shape = layer_shape(layer, batch)
         floor = floor_ms(shape, ceilings)
         for variant, records, where in entries:
-            op = _op_time(records, layer, batch) if records is not None else None
+            op = record_value(records, "op_time_ms", layer, batch) if records is not None else None
             row = {"Layer": layer, "Step": variant,
                    "Op time": format_ms(op) if op is not None else (NOT_RECORDED if records is None else "–"),
                    "GFLOP/s": f"{shape.flops / (op / 1e3) / 1e9:,.0f}" if op else "–",
@@ -1257,7 +1230,7 @@ def floor_table(variants: Iterable[str] | None = None, batch: int = 10000, found
                f"FP32 rate; % of floor = floor / op time) and cuDNN (cuDNN's time / the step's; above 1 is faster). "
                f"Ceilings: {found_ceilings.short_label}. cuDNN: {found_cudnn.short_label}. Steps: each from its "
                f"newest recording{' or run ' + prefer_run if prefer_run else ''} (column Recorded).")
-    return _styled(frame, caption)
+    return styled(frame, caption)
 
 
 # ----------------------------------------------------------------------------- sanitizer
@@ -1325,7 +1298,7 @@ def sanitizer_table(prefer_run: str | None = None):
 
     run = _replay_source(SANITIZER_PART, prefer_run)
     if run is None:
-        return _message_table(f"No compute-sanitizer results are recorded ({NOT_RECORDED}); run "
+        return message_table(f"No compute-sanitizer results are recorded ({NOT_RECORDED}); run "
                               "`python scripts/sanitize.py` on the GPU machine.", "compute-sanitizer")
     part = run.read_part(SANITIZER_PART)
     frame = _frame(part["records"])
@@ -1339,5 +1312,5 @@ def sanitizer_table(prefer_run: str | None = None):
         rows.append(row)
     sess = session_mod.Session(SANITIZER_PART, "replay", run, "recorded by scripts/sanitize.py")
     batch = part.get("parameters", {}).get("batch", SANITIZER_BATCH)
-    return _styled(pd.DataFrame(rows), f"compute-sanitizer over every kernel, one launch per layer at batch {batch}. "
+    return styled(pd.DataFrame(rows), f"compute-sanitizer over every kernel, one launch per layer at batch {batch}. "
                                        f"{sess.label}")

@@ -37,11 +37,25 @@ def format_ms(value: float | None) -> str:
     return f"{value * 1000:.1f} µs"
 
 
-def _find(records: list[dict], metric: str, layer: str, batch: int | None) -> dict | None:
+ANY_BATCH = object()
+
+
+def find_record(records: list[dict], metric: str, layer: str, batch=ANY_BATCH) -> dict | None:
+    """The first record of ``metric`` for ``layer`` (and ``batch``, unless left out)."""
     for r in records:
-        if r["metric"] == metric and r["layer"] == layer and r["batch"] == batch:
+        if r["metric"] == metric and r["layer"] == layer and (batch is ANY_BATCH or r["batch"] == batch):
             return r
     return None
+
+
+def record_value(records: list[dict], metric: str, layer: str, batch=ANY_BATCH) -> float | None:
+    found = find_record(records, metric, layer, batch)
+    return None if found is None else found["value"]
+
+
+def message_table(text: str, caption: str):
+    """A one-cell table, where a table would stand if there were something to show."""
+    return styled(pd.DataFrame({"": [text]}), caption)
 
 
 def _cell(r: dict | None, spread: bool) -> str:
@@ -64,8 +78,8 @@ def milestone_frame(chapter, spread: bool = False) -> pd.DataFrame:
     for batch in batches:
         row = {"Batch Size": batch}
         for column, (metric, layer) in _CELLS.items():
-            row[column] = _cell(_find(records, metric, layer, batch), spread) if chapter.correct else "FAILED check"
-        acc = _find(records, "accuracy", "network", batch)
+            row[column] = _cell(find_record(records, metric, layer, batch), spread) if chapter.correct else "FAILED check"
+        acc = find_record(records, "accuracy", "network", batch)
         row["Accuracy"] = f"{acc['value']:.4f}" if acc and chapter.correct else "–"
         rows.append(row)
     return pd.DataFrame(rows, columns=MILESTONE_COLUMNS)
@@ -120,7 +134,7 @@ def reported(step: str | None = None, study: str = "lenet") -> pd.DataFrame:
 def reported_table(step: str, study: str = "lenet"):
     frame = reported(step, study)
     if frame.empty:
-        return styled(pd.DataFrame({"": [f"No seed write-up reports the {step} step."]}), "Reported by the seeds")
+        return message_table(f"No seed write-up reports the {step} step.", "Reported by the seeds")
     out = pd.DataFrame({
         "Source (seed, GPU)": frame["seed"] + ", " + frame["gpu"],
         "What": frame["seed_label"],
@@ -161,7 +175,7 @@ def speedup_sentence(chapter, reported_frame: pd.DataFrame, batch: int = 10000) 
         return f"The {chapter.variant} kernel failed its correctness check, so it is not compared."
     parts = []
     for layer, column in (("C1", "op_time_1_ms"), ("C3", "op_time_2_ms")):
-        ours = _find(chapter.records, "op_time_ms", layer, batch)
+        ours = find_record(chapter.records, "op_time_ms", layer, batch)
         if ours is None:
             continue
         for _, row in reported_frame[reported_frame["batch"] == batch].iterrows():
@@ -193,7 +207,7 @@ def throughput(chapter) -> pd.DataFrame:
 def throughput_table(chapter):
     frame = throughput(chapter)
     if frame.empty:
-        return styled(pd.DataFrame({"": ["no timings (the check failed)"]}), chapter.label)
+        return message_table("no timings (the check failed)", chapter.label)
     out = pd.DataFrame({
         "Layer": frame["layer"],
         "Batch Size": frame["batch"],
@@ -232,13 +246,13 @@ def expectations(chapter) -> list[str]:
                      f"{time_ratio:.2f}× its time: C1 runs at {at_large.loc['C1', 'gflops']:,.0f} "
                      f"GFLOP/s and C3 at {at_large.loc['C3', 'gflops']:,.0f} GFLOP/s.")
     for layer in ("C1", "C3"):
-        op = _find(chapter.records, "op_time_ms", layer, large)
-        lay = _find(chapter.records, "layer_time_ms", layer, large)
+        op = find_record(chapter.records, "op_time_ms", layer, large)
+        lay = find_record(chapter.records, "layer_time_ms", layer, large)
         if op and lay and lay["value"]:
             share = 1 - op["value"] / lay["value"]
             lines.append(f"{layer} layer time at batch {large}: {format_ms(lay['value'])}, of which "
                          f"{share:.0%} is copying between host and device rather than computing.")
-    acc = _find(chapter.records, "accuracy", "network", large)
+    acc = find_record(chapter.records, "accuracy", "network", large)
     if acc:
         lines.append(f"Accuracy on the first {large} test images: {acc['value']:.4f} with this book's "
                      "own trained weights (the seeds used the course's weights).")
@@ -254,10 +268,10 @@ def delta_table(steps: dict):
         batches = sorted({r["batch"] for r in current.records if r["metric"] == "op_time_ms" and r["layer"] == layer})
         for batch in batches:
             row = {"Layer": layer, "Batch Size": batch}
-            mine = _find(current.records, "op_time_ms", layer, batch)
+            mine = find_record(current.records, "op_time_ms", layer, batch)
             for name in names:
                 chapter = steps[name]
-                found = _find(chapter.records, "op_time_ms", layer, batch) if chapter.correct else None
+                found = find_record(chapter.records, "op_time_ms", layer, batch) if chapter.correct else None
                 row[name.split(":")[0].capitalize()] = format_ms(found["value"]) if found else "–"
                 if name != names[-1] and found and mine:
                     row[f"speedup vs {name.split(':')[0]}"] = f"{found['value'] / mine['value']:.2f}×"
@@ -282,10 +296,10 @@ def step_verdict(steps: dict, batch: int | None = None, metric: str = "op_time_m
     what = metric.replace("_ms", "").replace("_", " ")
     lines = []
     for layer in ("C1", "C3"):
-        mine = _find(current.records, metric, layer, batch)
+        mine = find_record(current.records, metric, layer, batch)
         for name in names[:-1]:
             other = steps[name]
-            theirs = _find(other.records, metric, layer, batch) if other.correct else None
+            theirs = find_record(other.records, metric, layer, batch) if other.correct else None
             if not (mine and theirs):
                 continue
             ratio = theirs["value"] / mine["value"]
@@ -308,7 +322,7 @@ def accuracy_change(steps: dict):
     for r in current.records:
         if r["metric"] != "accuracy":
             continue
-        ref = _find(base.records, "accuracy", "network", r["batch"])
+        ref = find_record(base.records, "accuracy", "network", r["batch"])
         rows.append({"Batch Size": r["batch"],
                      f"Accuracy, {base.variant}": "–" if ref is None else f"{ref['value']:.4f}",
                      f"Accuracy, {current.variant}": f"{r['value']:.4f}",

@@ -18,19 +18,13 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from . import profiling
+from .report import record_value
 
 LAYER_MARKERS = {"C1": "o", "C3": "s"}
 ROOFS = (("fp32_gflops", "FP32 (CUDA cores)", "-"), ("tf32_tensor_gflops", "TF32 tensor", ":"),
          ("fp16_tensor_gflops", "FP16 tensor", "--"))
 POINT_COLUMNS = ["variant", "layer", "batch", "flops", "op_time_ms", "gflops", "intensity", "bytes",
                  "bytes_source", "provenance", "replayed", "run_id"]
-
-
-def _op_time(records: list[dict], layer: str, batch: int) -> float | None:
-    for r in records:
-        if r["metric"] == "op_time_ms" and r["layer"] == layer and r["batch"] == batch and r["value"]:
-            return r["value"]
-    return None
 
 
 def points_from(chapters: dict, ncu: dict, cudnn_records: list[dict] | None = None,
@@ -52,7 +46,7 @@ def points_from(chapters: dict, ncu: dict, cudnn_records: list[dict] | None = No
             sources.append((v, recs, cudnn_label, True, cudnn_run_id))
     for variant, records, provenance, replayed, run_id in sources:
         for layer in profiling.LAYERS:
-            op = _op_time(records, layer, batch)
+            op = record_value(records, "op_time_ms", layer, batch)
             if op is None:
                 continue
             shape = layer_shape(layer, batch)

@@ -92,10 +92,10 @@ def _layer_params(chapter) -> dict:
 
 def evidence_table(sess, frame):
     """Registers, shared memory and spills, then the SASS mix, per kernel and layer."""
-    from ..report import styled
+    from ..report import message_table, styled
 
     if sess is None or frame.empty:
-        return styled(pd_empty(), "No compiler evidence was recorded for this step.")
+        return message_table("no kernels", "No compiler evidence was recorded for this step.")
     wide = frame.pivot_table(index=["kernel", "layer"], columns="metric", values="value", aggfunc="first")
     keep = [c for c in ("registers", "shared_bytes", "spill_store_bytes", "stack_frame_bytes") if c in wide]
     keep += [f"sass_{op}" for op in SHOWN_OPCODES if f"sass_{op}" in wide]
@@ -103,9 +103,3 @@ def evidence_table(sess, frame):
     wide.columns = [c.replace("sass_", "") for c in wide.columns]
     note = "" if any(c.startswith("sass_") for c in frame["metric"]) else " (no SASS: cuobjdump was not installed where this was recorded)"
     return styled(wide, f"ptxas report and static SASS instruction counts, sm_90{note}. {sess.label}")
-
-
-def pd_empty():
-    import pandas as pd
-
-    return pd.DataFrame({"": ["no kernels"]})

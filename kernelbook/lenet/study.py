@@ -56,12 +56,6 @@ class ChapterResult:
 
         return pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in self.records])
 
-    def value(self, metric: str, layer: str, batch: int | None) -> float | None:
-        for r in self.records:
-            if r["metric"] == metric and r["layer"] == layer and r["batch"] == batch:
-                return r["value"]
-        return None
-
 
 def validate_batches(batch_sizes) -> list[int]:
     sizes = [check_batch(b) for b in batch_sizes]
