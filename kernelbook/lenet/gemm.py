@@ -220,11 +220,14 @@ class FusedUnrollMatmul(ConvVariant):
         _check_gemm_indices(shape, tile, tile)
 
     def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        tile = params["tile"]
-        n = shape.B * shape.H_out * shape.W_out
-        kernel = self.kernel(self.kernel_names[0], params, shape)
-        kernel((ceil_div(n, tile), ceil_div(shape.M, tile)), (tile, tile),
-               (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+        _launch_square_tiles(self.kernel(self.kernel_names[0], params, shape), y, x, k, shape, params["tile"], stream)
+
+
+def _launch_square_tiles(kernel, y, x, k, shape: ConvShape, tile: int, stream=None) -> None:
+    """The implicit GEMMs of steps 07 and 09: a tile x tile block per (output pixels, maps) tile."""
+    n = shape.B * shape.H_out * shape.W_out
+    kernel((ceil_div(n, tile), ceil_div(shape.M, tile)), (tile, tile),
+           (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
 
 
 # ----------------------------------------------------------------------------- 08
@@ -329,11 +332,7 @@ class Fp16(ConvVariant):
         _check_gemm_indices(shape, tile, tile)
 
     def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        tile = params["tile"]
-        n = shape.B * shape.H_out * shape.W_out
-        kernel = self.kernel(self.kernel_names[0], params, shape)
-        kernel((ceil_div(n, tile), ceil_div(shape.M, tile)), (tile, tile),
-               (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+        _launch_square_tiles(self.kernel(self.kernel_names[0], params, shape), y, x, k, shape, params["tile"], stream)
 
 
 # ----------------------------------------------------------------------------- 10 .. 12
