@@ -2,13 +2,12 @@
 
 Compile-time parameters reach a ``.cu`` file as ``-DNAME=VALUE`` options chosen by the harness;
 nobody edits a kernel file to try another tile size. Compiled modules are cached per
-(file contents, options), so a notebook compiles each configuration once, before any timing.
+(file, options), so a notebook compiles each configuration once, before any timing.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 import shutil
 import subprocess
@@ -45,52 +44,10 @@ def define_options(defines: Mapping[str, object]) -> tuple[str, ...]:
     return tuple(options)
 
 
-def source_hash(relpath: str) -> str:
-    """Hash of the file and of the files it #includes with quotes, followed recursively.
-
-    A step may include the previous step's file, which includes a shared header
-    (``kernels/lenet/*.cuh``), so every level counts. Launch paths call this for every launch,
-    so the hash is cached per state (size and modification time) of all those files: a stat
-    per file, not a read, unless one of them changed.
-    """
-    return _hash_file(_include_stamps(source_path(relpath)))
-
-
-def _include_stamps(src: Path) -> tuple[tuple[Path, int, int], ...]:
-    """(path, mtime_ns, size) of ``src`` and of what it includes, depth first, each file once."""
-    stamps: list[tuple[Path, int, int]] = []
-    seen: set[Path] = set()
-
-    def visit(path: Path) -> None:
-        if path in seen:
-            return
-        seen.add(path)
-        stat = path.stat()
-        stamps.append((path, stat.st_mtime_ns, stat.st_size))
-        for name in _quoted_includes(path, stat.st_mtime_ns, stat.st_size):
-            included = path.parent / name  # relative to the including file, as nvcc resolves it
-            if included.is_file():
-                visit(included)
-
-    visit(src)
-    return tuple(stamps)
-
-
-@functools.lru_cache(maxsize=512)
-def _quoted_includes(path: Path, mtime_ns: int, size: int) -> tuple[str, ...]:
-    return tuple(re.findall(r'#include\s+"([^"]+)"', path.read_text()))
-
-
-@functools.lru_cache(maxsize=512)
-def _hash_file(stamps: tuple[tuple[Path, int, int], ...]) -> str:
-    digest = hashlib.sha256()
-    for path, _, _ in stamps:
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 @functools.lru_cache(maxsize=256)
-def _module(relpath: str, digest: str, options: tuple[str, ...]):
+def _module(relpath: str, options: tuple[str, ...]):
+    """Compile once per (file, options) and process: launches look the module up, they never
+    stat or hash a file. After editing a .cu file, restart the notebook's kernel."""
     import cupy as cp
 
     src = source_path(relpath)
@@ -100,14 +57,13 @@ def _module(relpath: str, digest: str, options: tuple[str, ...]):
     return module
 
 
+def get_module(relpath: str, defines: Mapping[str, object] | None = None):
+    return _module(relpath, define_options(defines or {}))
+
+
 def get_kernel(relpath: str, name: str, defines: Mapping[str, object] | None = None):
     """A compiled ``cupy.RawKernel`` for ``name`` in ``kernels/<relpath>`` with ``defines``."""
-    module = _module(relpath, source_hash(relpath), define_options(defines or {}))
-    return module.get_function(name)
-
-
-def get_module(relpath: str, defines: Mapping[str, object] | None = None):
-    return _module(relpath, source_hash(relpath), define_options(defines or {}))
+    return get_module(relpath, defines).get_function(name)
 
 
 # ----------------------------------------------------------------------------- nvcc reports
