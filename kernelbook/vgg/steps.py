@@ -1,0 +1,20 @@
+"""The VGG layer study's ordered steps: the single source of truth for its chapters."""
+
+from __future__ import annotations
+
+from ..steps import Step, StepList
+from .impls import (TF32, Baseline, Final, InputsShared, RegisterTiled, ThreeTF32, TwoPhaseWeights,
+                    WeightsOnTheFly, WeightsRegisters, WeightsShared)
+
+STEPS = StepList("vgg", [
+    Step(0, "baseline", "00_baseline", "Baseline: four pre-pool outputs per thread, all from global memory", Baseline),
+    Step(1, "weights-shared", "01_weights_shared", "Weights in shared memory", WeightsShared),
+    Step(2, "inputs-shared", "02_inputs_shared", "Inputs in shared memory", InputsShared),
+    Step(3, "weights-registers", "03_weights_registers", "Weights in registers", WeightsRegisters),
+    Step(4, "weights-on-the-fly", "04_weights_on_the_fly", "Weights loaded on the fly, ~10 KB of shared memory", WeightsOnTheFly),
+    Step(5, "two-phase-weights", "05_two_phase_weights", "Weights for the input channels loaded in two phases", TwoPhaseWeights),
+    Step(6, "register-tiled", "06_register_tiled", "Register tiling on CUDA cores (FP32)", RegisterTiled),
+    Step(7, "tf32", "07_tf32_implicit_gemm", "Implicit GEMM on TF32 tensor cores, fused epilogue", TF32),
+    Step(8, "3xtf32", "08_3xtf32", "FP32 accuracy on tensor cores: 3xTF32", ThreeTF32),
+    Step(10, "final", "10_final", "Final: the fastest FP32-accurate kernel", Final),
+])

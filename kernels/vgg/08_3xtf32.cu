@@ -1,0 +1,13 @@
+// Step 08 — FP32 accuracy on tensor cores: 3xTF32.
+//
+// Each FP32 operand v is split into a TF32 "big" part b = tf32(v) and a TF32 "small" part
+// s = tf32(v − b); together they carry ~21 mantissa bits. The product of two operands is
+//   a·x ≈ a_b·x_b + a_b·x_s + a_s·x_b        (the a_s·x_s term, ~2^-22 relative, is dropped)
+// so three tensor-core products replace one, with FP32 accumulators: errors come back to the
+// level of an FP32 FMA loop (~1e-6 relative), at three times the tensor-core work of step 07.
+// The kernel is step 07's, compiled with SPLIT3=1 (the split happens as fragments are read
+// from shared memory, so shared memory and global traffic are those of step 07).
+
+#define SPLIT3 1
+#define KERNEL_NAME conv_pool_3xtf32
+#include "07_tf32_implicit_gemm.cu"
