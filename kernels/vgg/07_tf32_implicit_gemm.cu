@@ -14,11 +14,13 @@
 // TF32 keeps 10 mantissa bits: operands are rounded (cvt.rna) before the product, so the result
 // differs from FP32 by ~1e-3 relative per product; the error over the layer is about 5e-4 rel. L2.
 // Step 08 (SPLIT3=1) recovers FP32 accuracy with three products per pair.
+// Defaults: the best tile measured on the H100 at B=1 (BM=128 channels × 16×16 pixels, 8 warps
+// of 64 channels × 4 rows, one block per SM: 128 accumulators per thread need up to 255 registers).
 
 #include "conv_tiles.cuh"
 
 #ifndef BM
-#define BM 64
+#define BM 128
 #endif
 #ifndef TH
 #define TH 16
@@ -39,7 +41,7 @@
 #define STAGES 3
 #endif
 #ifndef MIN_BLOCKS
-#define MIN_BLOCKS 2
+#define MIN_BLOCKS 1
 #endif
 #ifndef SPLIT3
 #define SPLIT3 0
@@ -145,11 +147,19 @@ KERNEL_NAME(float* __restrict__ y, const float* __restrict__ x, const float* __r
 #pragma unroll
                     for (int i = 0; i < MT; ++i) {
 #if SPLIT3
-                        // small terms first, so they are not lost against the big product
-                        mma_tf32(acc[i][r][h], a_small[i], b);
-                        mma_tf32(acc[i][r][h], a[i], b_small);
-#endif
+                        // The tensor core adds its products to the accumulator with truncation,
+                        // not IEEE rounding; over C·K² = 6400 terms that bias reaches ~4e-5.
+                        // So the three products go to a fresh accumulator (small terms first)
+                        // and reach acc through an ordinary, correctly rounded FP32 add.
+                        float part[4] = {0.f, 0.f, 0.f, 0.f};
+                        mma_tf32(part, a_small[i], b);
+                        mma_tf32(part, a[i], b_small);
+                        mma_tf32(part, a[i], b);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[i][r][h][e] += part[e];
+#else
                         mma_tf32(acc[i][r][h], a[i], b);
+#endif
                     }
                 }
         }

@@ -5,6 +5,9 @@
 //   a·x ≈ a_b·x_b + a_b·x_s + a_s·x_b        (the a_s·x_s term, ~2^-22 relative, is dropped)
 // so three tensor-core products replace one, with FP32 accumulators: errors come back to the
 // level of an FP32 FMA loop (~1e-6 relative), at three times the tensor-core work of step 07.
+// One more change: a tensor core adds products into its accumulator with truncation, so over
+// the 6400-term reduction the accumulator drifts (~4e-5 relative, measured); each group of three
+// products therefore goes into a fresh accumulator that is added to the running sum in FP32.
 // The kernel is step 07's, compiled with SPLIT3=1 (the split happens as fragments are read
 // from shared memory, so shared memory and global traffic are those of step 07).
 

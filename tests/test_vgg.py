@@ -1,0 +1,199 @@
+"""The VGG layer study without a GPU: shapes, parameters and launch limits are refused before
+any launch; the float64 reference agrees with a naive loop; the step list matches the files;
+every kernel compiles for sm_90."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+
+import numpy as np
+import pytest
+
+from kernelbook import kernels, paths
+from kernelbook.errors import GPUUnavailable, LaunchLimitError, ParameterError, ShapeError
+from kernelbook.vgg import CASES, STEPS, ConvPoolShape, impls
+from kernelbook.vgg.reference import conv_same, pool2x2, reference, reference_at
+
+SMALL = ConvPoolShape(1, 3, 9, 8, 5, 3)
+
+
+# ----------------------------------------------------------------------------- the problem
+
+
+def test_the_studied_layer():
+    s = CASES["B=1"]
+    assert (s.B, s.C, s.H, s.W, s.M, s.K) == (1, 256, 224, 224, 256, 5)
+    assert s.flops == 2 * 256 * 256 * 25 * 224 * 224
+    assert round(s.flops / 1e9, 1) == 164.4
+    assert s.y_shape == (1, 256, 112, 112)
+    assert s.min_bytes == 4 * (256 * 224 * 224 + 256 * 256 * 25 + 256 + 256 * 112 * 112)
+    assert CASES["B=2"].flops == 2 * s.flops
+    assert s.as_dict() == {"B": 1, "C": 256, "H": 224, "W": 224, "M": 256, "K": 5}
+
+
+def test_odd_sizes_pool_with_floor():
+    s = ConvPoolShape(2, 3, 7, 9, 4, 5)
+    assert s.y_shape == (2, 4, 3, 4)
+    assert ConvPoolShape.from_arrays((1, 2, 5, 6), (3, 2, 1, 1), (3,)).y_shape == (1, 3, 2, 3)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, b_shape, match", [
+    ((1, 3, 8, 8), (4, 3, 4, 4), (4,), "odd"),
+    ((1, 3, 8, 8), (4, 2, 3, 3), (4,), "input channels"),
+    ((3, 8, 8), (4, 3, 3, 3), (4,), "4-D"),
+    ((1, 3, 8, 8), (4, 3, 3), (4,), "4-D"),
+    ((1, 3, 8, 8), (4, 3, 3, 5), (4,), "square"),
+    ((1, 3, 8, 8), (4, 3, 3, 3), (5,), "one bias per output channel"),
+    ((1, 3, 1, 8), (4, 3, 3, 3), (4,), "at least 2"),
+    ((0, 3, 8, 8), (4, 3, 3, 3), (4,), "positive"),
+])
+def test_bad_shapes_are_refused_with_a_fix(x_shape, w_shape, b_shape, match):
+    with pytest.raises(ShapeError, match=match) as info:
+        ConvPoolShape.from_arrays(x_shape, w_shape, b_shape)
+    assert "Fix:" in str(info.value)
+
+
+def test_bad_parameter_values_of_the_shape():
+    with pytest.raises(ParameterError, match="positive integer"):
+        ConvPoolShape(1, 0, 8, 8, 4, 3)
+    with pytest.raises(ParameterError):
+        ConvPoolShape(1, 3, 8.0, 8, 4, 3)
+    with pytest.raises(ShapeError, match="32-bit"):
+        ConvPoolShape(40000, 256, 224, 224, 256, 5)
+
+
+# ----------------------------------------------------------------------------- the reference
+
+
+def naive(x, w, b):
+    B, C, H, W = x.shape
+    M, _, K, _ = w.shape
+    p = K // 2
+    z = np.zeros((B, M, H, W))
+    for n, m, i, j in itertools.product(range(B), range(M), range(H), range(W)):
+        s = float(b[m])
+        for c, kh, kw in itertools.product(range(C), range(K), range(K)):
+            r, q = i + kh - p, j + kw - p
+            if 0 <= r < H and 0 <= q < W:
+                s += float(x[n, c, r, q]) * float(w[m, c, kh, kw])
+        z[n, m, i, j] = max(s, 0.0)
+    y = np.zeros((B, M, H // 2, W // 2))
+    for n, m, i, j in itertools.product(range(B), range(M), range(H // 2), range(W // 2)):
+        y[n, m, i, j] = z[n, m, 2 * i:2 * i + 2, 2 * j:2 * j + 2].max()
+    return y
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 5, 6, 3, 3), (2, 3, 6, 7, 2, 5), (1, 1, 4, 4, 2, 1), (1, 2, 7, 5, 2, 7)])
+def test_reference_matches_a_naive_loop(shape):
+    B, C, H, W, M, K = shape
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((B, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((M, C, K, K)).astype(np.float32)
+    b = rng.standard_normal(M).astype(np.float32)
+    got = reference(x, w, b)
+    np.testing.assert_allclose(got, naive(x, w, b), rtol=1e-12, atol=1e-12)
+    positions = [(n, m, i, j) for n in range(B) for m in range(M) for i in range(H // 2) for j in range(W // 2)]
+    np.testing.assert_allclose(reference_at(x, w, b, positions), got.reshape(-1), rtol=1e-12, atol=1e-12)
+
+
+def test_pool_drops_the_odd_last_row_and_column():
+    z = np.arange(15, dtype=float).reshape(1, 1, 3, 5)
+    assert pool2x2(z).tolist() == [[[[6.0, 8.0]]]]
+    assert conv_same(np.ones((1, 1, 3, 3)), np.ones((1, 1, 3, 3)))[0, 0, 1, 1] == 9.0
+
+
+# ----------------------------------------------------------------------------- the step list
+
+
+def test_step_list_is_consistent_with_the_kernel_files():
+    assert STEPS.study == "vgg"
+    assert STEPS.slugs()[0] == "baseline" and STEPS.slugs()[-1] == "final"
+    for step in STEPS:
+        assert (paths.kernels_dir() / step.source).is_file(), step.source
+        impl = STEPS.impl(step.slug)
+        assert impl.kernel_names and impl.precision in ("fp32", "tf32", "3xtf32")
+        assert impl.tolerance == (5e-3 if impl.precision == "tf32" else 1e-5)
+    stems = {s.stem for s in STEPS}
+    for path in (paths.kernels_dir() / "vgg").glob("[0-9][0-9]_*.cu"):
+        assert path.stem in stems, f"{path.name} is numbered like a step but is not in the list"
+
+
+@pytest.mark.parametrize("slug", STEPS.slugs())
+def test_every_step_accepts_the_studied_layer_and_odd_shapes(slug):
+    impl = STEPS.impl(slug)
+    for shape in (CASES["B=1"], CASES["B=2"], ConvPoolShape(1, 17, 13, 11, 33, 7), ConvPoolShape(2, 1, 2, 3, 1, 1)):
+        impl.validate(shape, impl.params())
+
+
+# ----------------------------------------------------------------------------- parameters and limits
+
+
+def test_unknown_and_bad_parameters_are_refused():
+    with pytest.raises(ParameterError, match="no parameter"):
+        STEPS.impl("baseline").params(tile_width=8)
+    base = STEPS.impl("baseline")
+    for bad in (0, 33, "16", True, float("nan"), 15.5):
+        with pytest.raises(ParameterError):
+            base.validate(SMALL, base.params(tile=bad))
+    tf32 = STEPS.impl("tf32")
+    for bad, match in (({"bm": 48}, "multiple of 32"), ({"th": 15}, "odd"), ({"tw": 12}, "multiple of 8"),
+                       ({"bm": 64, "warps_m": 8}, "16-channel"), ({"warps_n": 3}, "row pairs"),
+                       ({"stages": 1}, "outside"), ({"stages": float("inf")}, "not finite")):
+        with pytest.raises(ParameterError, match=match):
+            tf32.validate(SMALL, tf32.params(**bad))
+    with pytest.raises(ParameterError, match="multiple of 4"):
+        STEPS.impl("register-tiled").validate(SMALL, STEPS.impl("register-tiled").params(tw=10))
+    with pytest.raises(ParameterError, match="phases"):
+        STEPS.impl("two-phase-weights").validate(SMALL, STEPS.impl("two-phase-weights").params(phases=0))
+
+
+def test_launch_limits_are_refused_before_any_launch():
+    # 4096 channels × 25 weights of step 01 = 400 KB of shared memory: no SM has that much
+    with pytest.raises(LaunchLimitError, match="shared memory"):
+        STEPS.impl("weights-shared").validate(ConvPoolShape(1, 4096, 8, 8, 2, 5), STEPS.impl("weights-shared").params())
+    # B·M blocks in grid z stop at 65535
+    with pytest.raises(LaunchLimitError, match="65535"):
+        STEPS.impl("baseline").validate(ConvPoolShape(300, 2, 8, 8, 256, 3), STEPS.impl("baseline").params())
+    # 16 warps (512 threads) × 5 resident blocks: more threads than an SM holds
+    with pytest.raises(LaunchLimitError, match="launch_bounds"):
+        STEPS.impl("tf32").validate(SMALL, STEPS.impl("tf32").params(warps_n=8, min_blocks=5))
+    # a 64×64 tile with bm=256 needs more threads than a block has
+    with pytest.raises(ParameterError, match="1024"):
+        STEPS.impl("register-tiled").validate(SMALL, STEPS.impl("register-tiled").params(bm=256, th=32, tw=32))
+    # stages too deep for shared memory
+    with pytest.raises(LaunchLimitError, match="shared memory"):
+        STEPS.impl("3xtf32").validate(ConvPoolShape(1, 8, 8, 8, 8, 15), STEPS.impl("3xtf32").params(bm=256, warps_m=4, stages=8))
+
+
+def test_the_geometry_of_the_write_up():
+    impl = STEPS.impl("baseline")
+    grid, block, smem = impl.geometry(CASES["B=1"], impl.params())
+    assert grid == (7, 7, 256) and block == (16, 16, 1) and smem == 0
+    wof = STEPS.impl("weights-on-the-fly")
+    assert 9 * 1024 < wof.geometry(CASES["B=1"], wof.params())[2] < 11 * 1024   # ~10 KB per block
+
+
+def test_forward_without_a_gpu_says_so(no_gpu):
+    from kernelbook import vgg
+
+    with pytest.raises(GPUUnavailable, match="CUDA GPU is needed"):
+        vgg.forward(None, None, None, step="baseline")
+
+
+# ----------------------------------------------------------------------------- kernels compile
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("slug", STEPS.slugs())
+def test_every_step_compiles_for_sm90(slug, tmp_path):
+    impl = STEPS.impl(slug)
+    shape = CASES["B=1"]
+    cubin, report = kernels.compile_cubin(impl.source, impl.defines(impl.params(), shape), out=tmp_path / "k.cubin")
+    assert cubin.stat().st_size > 0
+    names = {r.name for r in report}
+    for kernel in impl.kernel_names:
+        assert kernel in names, f"{kernel} missing from ptxas report {names}"
+    for r in report:
+        assert 0 < r.registers <= 255
+        assert r.spill_store_bytes == 0, f"{r.name} spills registers"
