@@ -15,11 +15,11 @@ import traceback
 from kernelbook.vgg import STEPS, run
 
 SWEEP = {
-    "register-tiled": [{"min_blocks": 1}, {"stages": 4}, {"bm": 32}, {"th": 8, "tw": 32}],
-    "tf32": [{"min_blocks": 1}, {"stages": 4}, {"bm": 128, "warps_m": 4, "warps_n": 2},
-             {"bm": 128, "warps_m": 2, "warps_n": 4, "min_blocks": 1}, {"th": 8, "tw": 32, "warps_n": 4, "warps_m": 2}],
-    "3xtf32": [{"min_blocks": 1}, {"stages": 4}, {"bm": 128, "warps_m": 4, "warps_n": 2},
-               {"bm": 128, "warps_m": 2, "warps_n": 4, "min_blocks": 1}],
+    "register-tiled": [{"th": 8, "tw": 32}, {"th": 8, "tw": 32, "stages": 4}, {"bm": 128, "th": 8, "tw": 16, "min_blocks": 1}],
+    "tf32": [{"stages": 4}, {"tw": 32, "th": 8, "warps_n": 4}, {"bm": 128, "warps_m": 4, "warps_n": 2, "th": 16, "tw": 32},
+             {"bm": 64, "warps_m": 1, "warps_n": 4, "tw": 32, "th": 8}],
+    "3xtf32": [{"stages": 4}, {"stages": 2}, {"tw": 32, "th": 8, "warps_n": 4}, {"bm": 128, "warps_m": 4, "warps_n": 2, "th": 16, "tw": 32},
+               {"bm": 64, "warps_m": 1, "warps_n": 4, "tw": 32, "th": 8}, {"bm": 64, "min_blocks": 2}],
 }
 
 
