@@ -1,0 +1,102 @@
+"""The fully connected network study: 71 inputs -> 64 (ReLU) -> 64 (ReLU) -> 4 outputs.
+
+Public API::
+
+    from kernelbook import mlp
+    y = mlp.forward(x, weights, step="baseline")     # x: (71, N) float32 CuPy, y: (4, N)
+    mlp.STEPS.slugs()                                # every step, in book order
+    mlp.CASES                                        # {"5x5": 12800, "100x100": 2097152}
+
+``weights`` is (W1, b1, W2, b2, W3, b3): float32 arrays of shapes (64, 71), (64,), (64, 64),
+(64,), (4, 64), (4,), W_l being outputs x inputs. ``kernelbook.mlp.data.load_weights()`` gives
+the shipped ones. Every argument is checked before anything is launched.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import GPUUnavailable, ShapeError
+from .data import check_weights, load_weights, make_signals, make_weights
+from .impls import PreparedWeights
+from .problem import CASES, LAYERS, MlpShape, check_columns
+from .steps import STEPS
+
+STUDY = "mlp"
+
+
+def check_call(step: str, x, weights, out=None, **params):
+    """Check every argument of a forward call (works on NumPy or CuPy arrays; launches nothing).
+
+    Returns ``(impl, shape, params, host_weights)``.
+    """
+    impl = STEPS.impl(step)
+    merged = impl.params(**params)
+    shape_x = tuple(getattr(x, "shape", ()))
+    if len(shape_x) != 2 or shape_x[0] != LAYERS[0]:
+        raise ShapeError(f"x has shape {shape_x}; expected (71, N) with one signal per column.",
+                         "pass x as a (71, N) array (transpose an (N, 71) batch first).")
+    if str(getattr(x, "dtype", "")) != "float32" or not x.flags.c_contiguous:
+        raise ShapeError(f"x must be C-contiguous float32 (got {getattr(x, 'dtype', type(x).__name__)}).",
+                         "convert with cupy.ascontiguousarray(x, dtype=cupy.float32).")
+    shape = MlpShape(check_columns(shape_x[1]))
+    if isinstance(weights, PreparedWeights):
+        raw = weights.raw
+        if weights.slug not in ("", impl.slug) and (weights.extra or impl.packing is not None):
+            raise ShapeError(f"These weights were prepared for step {weights.slug!r}, not {impl.slug!r}.",
+                             f"call STEPS.impl({impl.slug!r}).prepare_weights(weights) or pass the raw tuple.")
+    else:
+        raw = weights
+    check_weights(raw, "weights")
+    host = tuple(w.get() if hasattr(w, "get") else np.asarray(w) for w in raw)
+    from ..errors import DataError  # noqa: F401  (weights errors below are ShapeError: arguments)
+
+    for name, arr in zip(("W1", "b1", "W2", "b2", "W3", "b3"), host):
+        if not np.isfinite(arr).all():
+            raise ShapeError(f"{name} holds {int((~np.isfinite(arr)).sum())} non-finite values.",
+                             f"pass finite weights (check how {name} was produced).")
+    impl.validate(shape, merged)
+    if out is not None:
+        if tuple(out.shape) != shape.y_shape or str(out.dtype) != "float32" or not out.flags.c_contiguous:
+            raise ShapeError(f"out has shape {tuple(out.shape)} {out.dtype}; expected {shape.y_shape} float32.",
+                             "pass out=None to allocate it, or a matching C-contiguous float32 array.")
+    return impl, shape, merged, host
+
+
+def require_gpu() -> None:
+    from .. import gpu
+
+    ok, why = gpu.availability()
+    if not ok:
+        raise GPUUnavailable(f"A CUDA GPU is needed to run the MLP kernels, and none can be used here ({why}).",
+                             "run on a machine with an NVIDIA GPU and CuPy installed, or replay a recorded run.")
+
+
+def forward(x, weights, step: str = "baseline", out=None, stream=None, **params):
+    """y (4, N) = the network applied to every column of x (71, N), with the kernels of ``step``.
+
+    ``x``, ``out`` and the six weights must be CuPy float32 arrays (C-contiguous); ``params``
+    are the step's parameters (``STEPS.impl(step).defaults``). Validation happens before any
+    launch. Weights are packed for the step on every call; for repeated calls pass
+    ``STEPS.impl(step).prepare_weights(weights)`` instead of the tuple.
+    """
+    impl = STEPS.impl(step)
+    impl.params(**params)
+    require_gpu()
+    import cupy as cp
+
+    raw = weights.raw if isinstance(weights, PreparedWeights) else weights
+    for name, arr in [("x", x), *zip(("W1", "b1", "W2", "b2", "W3", "b3"), raw or ())] + (
+            [("out", out)] if out is not None else []):
+        if not isinstance(arr, cp.ndarray):
+            raise ShapeError(f"{name} is a {type(arr).__name__}, not a CuPy array.",
+                             f"move it to the GPU first: cupy.asarray({name}, dtype=cupy.float32).")
+    impl, shape, merged, _ = check_call(step, x, weights, out, **params)
+    if out is None:
+        out = cp.empty(shape.y_shape, dtype=cp.float32)
+    impl.launch(out, x, weights, shape, merged, stream=stream)
+    return out
+
+
+__all__ = ["CASES", "LAYERS", "MlpShape", "PreparedWeights", "STEPS", "STUDY", "check_call", "forward",
+           "load_weights", "make_signals", "make_weights"]

@@ -1,0 +1,426 @@
+"""One ``StepImpl`` per step of the MLP study: parameters, validation and launch.
+
+Call convention (every step): ``launch(y, x, weights, shape, params, stream=None)`` with
+``x`` (71, N) and ``y`` (4, N) C-contiguous float32 CuPy arrays, and ``weights`` either the
+raw tuple (W1, b1, W2, b2, W3, b3) of float32 CuPy arrays (W_l is outputs x inputs, row-major)
+or what ``prepare_weights`` returned for it. Steps that read the weights in another layout
+(09-15) pack them on the host in ``prepare_weights``; pass the prepared object to keep that
+out of timed regions (``launch`` with a raw tuple packs on every call and cannot be captured
+in a CUDA graph). Steps 00 and 01 keep two 64 x N scratch matrices, allocated on the first
+launch for an N and reused, so a warm-up launch puts the allocation outside timings.
+
+What a timed launch contains: the step's kernel launches only (no packing, no allocation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import kernels, limits
+from ..errors import ParameterError
+from ..steps import StepImpl
+from . import pack
+from .reference import HALF_THRESHOLD
+
+SMS_WITHOUT_GPU = 132  # the H100's SM count, used to size grids when no GPU is here
+
+
+@functools.lru_cache(maxsize=1)
+def sm_count() -> int:
+    from .. import gpu
+
+    return int(gpu.device_info()["multiprocessors"]) if gpu.available() else SMS_WITHOUT_GPU
+
+
+@dataclass
+class PreparedWeights:
+    """The raw weights on the GPU plus the packed copies one step reads (``extra``)."""
+
+    raw: tuple
+    extra: dict = field(default_factory=dict)
+    slug: str = ""
+
+
+def _host(weights) -> tuple[np.ndarray, ...]:
+    return tuple(w.get() if hasattr(w, "get") else np.asarray(w) for w in weights)
+
+
+def _int_param(params: dict, name: str, allowed, fix: str) -> int:
+    value = params[name]
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) not in allowed:
+        shown = f"{min(allowed)}..{max(allowed)}" if isinstance(allowed, range) else ", ".join(map(str, allowed))
+        raise ParameterError(f"{name}={value!r} is not accepted (allowed: {shown}).", fix)
+    return int(value)
+
+
+class MlpImpl(StepImpl):
+    """Shared machinery; subclasses describe their launches in ``plan``."""
+
+    precision = "fp32"
+    measure = "rel_l2"            # "scaled_abs_diff" for the half-precision steps
+    packing = None                # a function of pack.py, or None
+    static_smem = 0               # bytes of static shared memory (as ptxas reports it)
+    dynamic_smem = 0
+    min_blocks = 0                # __launch_bounds__ minimum blocks, 0 when none
+
+    # ------------------------------------------------------------------ weights
+    def prepare_weights(self, weights) -> PreparedWeights:
+        """Pack once (host NumPy, then one upload each); the result is reused by every launch."""
+        if isinstance(weights, PreparedWeights):
+            return weights
+        extra = {}
+        if self.packing is not None:
+            import cupy as cp
+
+            for name, arr in self._pack(_host(weights)).items():
+                dev = cp.empty(arr.shape, dtype=arr.dtype)
+                dev.set(arr)
+                extra[name] = dev
+        return PreparedWeights(tuple(weights), extra, self.slug)
+
+    def _pack(self, host_weights) -> dict:
+        out = type(self).packing(host_weights)
+        return out if isinstance(out, dict) else {"packed": out}
+
+    # ------------------------------------------------------------------ launch description
+    def plan(self, shape, params) -> list[tuple[str, tuple, tuple]]:
+        """[(kernel name, grid, block)] in launch order."""
+        raise NotImplementedError
+
+    def module_source(self, params, shape) -> str:
+        return self.source
+
+    def validate(self, shape, params) -> None:
+        self.check_params(params)
+        for name, grid, block in self.plan(shape, params):
+            limits.check_launch(grid, block, self.dynamic_smem, self.static_smem, what=f"{self.slug}: {name}")
+            if self.min_blocks:
+                limits.check_launch_bounds(block[0], self.min_blocks, what=f"{self.slug}: {name}")
+
+    def check_params(self, params) -> None:
+        if "blocks_per_sm" in params:
+            _int_param(params, "blocks_per_sm", range(1, 33), "pass blocks_per_sm between 1 and 32 (e.g. 4).")
+
+    def kernel(self, name, params, problem):
+        fn = kernels.get_kernel(self.module_source(params, problem), name, self.defines(params, problem))
+        if self.dynamic_smem > 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = self.dynamic_smem
+        return fn
+
+    def prepare(self, params, problem) -> None:
+        for name, _, _ in self.plan(problem, params):
+            self.kernel(name, params, problem)
+
+    def args(self, name, y, x, w: PreparedWeights, n):
+        W1, b1, W2, b2, W3, b3 = w.raw
+        return (x, W1, b1, W2, b2, W3, b3, y, np.int32(n))
+
+    def launch(self, y, x, weights, shape, params, stream=None):
+        w = self.prepare_weights(weights)
+        with (stream if stream is not None else contextlib.nullcontext()):
+            for name, grid, block in self.plan(shape, params):
+                self.kernel(name, params, shape)(grid, block, self.args(name, y, x, w, shape.N),
+                                                 shared_mem=self.dynamic_smem)
+        return y
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def persistent_grid(work_items: int, blocks_per_sm: int) -> int:
+        """Blocks for a grid-stride kernel: enough to fill the GPU, never more than the work."""
+        return max(1, min(work_items, sm_count() * blocks_per_sm))
+
+
+class _Scratch:
+    """Steps 00-01: two 64 x N float32 scratch matrices, kept for the last N seen."""
+
+    def scratch(self, n):
+        import cupy as cp
+
+        cached = getattr(self, "_scratch", None)
+        if cached is None or cached[0] != n or cached[1].device.id != cp.cuda.Device().id:
+            cached = (n, cp.empty((64, n), cp.float32), cp.empty((64, n), cp.float32))
+            self._scratch = cached
+        return cached[1], cached[2]
+
+
+class Baseline(_Scratch, MlpImpl):
+    kernel_names = ("matMulKernel", "reluKernel")
+    defaults = {"tile": 16}
+
+    def defines(self, params, shape):
+        return {"TILE": params["tile"]}
+
+    def check_params(self, params):
+        _int_param(params, "tile", (4, 8, 16, 32), "pass tile=16 (a tile x tile block, at most 32 x 32).")
+
+    def plan(self, shape, params):
+        t, n = params["tile"], shape.N
+        mm = lambda rows: ("matMulKernel", (-(-n // t), -(-rows // t), 1), (t, t, 1))  # noqa: E731
+        relu = ("reluKernel", (-(-64 * n // 256), 1, 1), (256, 1, 1))
+        return [mm(64), relu, mm(64), relu, mm(4)]
+
+    def launch(self, y, x, weights, shape, params, stream=None):
+        w = self.prepare_weights(weights)
+        W1, b1, W2, b2, W3, b3 = w.raw
+        h1, h2 = self.scratch(shape.N)
+        n = np.int32(shape.N)
+        plan = self.plan(shape, params)
+        calls = [(W1, x, b1, h1, 64, 71), h1, (W2, h1, b2, h2, 64, 64), h2, (W3, h2, b3, y, 4, 64)]
+        with (stream if stream is not None else contextlib.nullcontext()):
+            for (name, grid, block), call in zip(plan, calls):
+                if name == "reluKernel":
+                    args = (call, np.int64(call.size))
+                else:
+                    A, B, bias, C, rows, k = call
+                    args = (A, B, bias, C, np.int32(rows), np.int32(k), n)
+                self.kernel(name, params, shape)(grid, block, args)
+        return y
+
+
+class _Columns(MlpImpl):
+    """Steps 01-05: 64 threads per column, COLUMNS columns per block."""
+
+    max_columns = 16
+
+    def defines(self, params, shape):
+        return {"COLUMNS": params["columns"]}
+
+    def check_params(self, params):
+        super().check_params(params)
+        _int_param(params, "columns", range(1, self.max_columns + 1),
+                   f"pass columns between 1 and {self.max_columns} (64 threads per column).")
+
+    def smem_for(self, columns: int) -> int:
+        return 0
+
+    def validate(self, shape, params):
+        self.check_params(params)
+        smem = self.smem_for(params["columns"])
+        for name, grid, block in self.plan(shape, params):
+            limits.check_launch(grid, block, 0, smem, what=f"{self.slug}: {name} with columns={params['columns']}")
+
+    def plan(self, shape, params):
+        c = params["columns"]
+        groups = -(-shape.N // c)
+        grid = groups if "blocks_per_sm" not in params else self.persistent_grid(groups, params["blocks_per_sm"])
+        return [(self.kernel_names[0], (grid, 1, 1), (64 * c, 1, 1))]
+
+
+class FusedGlobal(_Scratch, _Columns):
+    kernel_names = ("fusedGlobalMemoryKernel",)
+    defaults = {"columns": 4}
+
+    def args(self, name, y, x, w, n):
+        h1, h2 = self.scratch(n)
+        W1, b1, W2, b2, W3, b3 = w.raw
+        return (x, W1, b1, W2, b2, W3, b3, h1, h2, y, np.int32(n))
+
+
+class FusedShared(_Columns):
+    kernel_names = ("fusedSharedMemKernel",)
+    defaults = {"columns": 4}
+
+    def smem_for(self, c):
+        return 4 * (64 * 71 + 64 * 64 + 4 * 64 + 64 + 64 + 4 + c * (71 + 128))
+
+
+class WholeNetShared(_Columns):
+    kernel_names = ("wholeNetInSharedMemKernel",)
+    defaults = {"columns": 4, "blocks_per_sm": 4}
+
+    def smem_for(self, c):
+        return 4 * (64 * 71 + 64 * 65 + 4 * 64 + 64 + 64 + 4 + c * (71 + 128))
+
+
+class SharedAndRegisters(_Columns):
+    kernel_names = ("netInSharedMemAndRegsKernel",)
+    defaults = {"columns": 4, "blocks_per_sm": 4}
+    max_columns = 4   # 64 registers of W2 per thread: keep blocks at 256 threads
+
+    def smem_for(self, c):
+        return 4 * (64 * 71 + 4 * 64 + 64 + 4 + c * (71 + 128))
+
+
+class LastLayerCoop(_Columns):
+    kernel_names = ("lastLayerCoopKernel",)
+    defaults = {"columns": 4, "blocks_per_sm": 4}
+    max_columns = 4
+
+    def smem_for(self, c):
+        return 4 * (64 * 71 + 64 + c * (71 + 128))
+
+
+class _Fixed256(MlpImpl):
+    """Steps 06-12: 256 threads per block, grid-stride over tiles of ``tile_columns`` columns."""
+
+    tile_columns = 32
+    defaults = {"blocks_per_sm": 4}
+
+    def plan(self, shape, params):
+        tiles = -(-shape.N // self.tile_columns)
+        return [(self.kernel_names[0], (self.persistent_grid(tiles, params["blocks_per_sm"]), 1, 1), (256, 1, 1))]
+
+
+class WholeNetRegisters(_Fixed256):
+    kernel_names = ("wholeNetInRegsKernel",)
+    tile_columns = 2
+    static_smem = 1600
+
+
+class HalfPrecision(WholeNetRegisters):
+    kernel_names = ("wholeNetInRegsHalfKernel",)
+    precision, measure, tolerance = "fp16", "scaled_abs_diff", HALF_THRESHOLD
+    static_smem = 800
+
+
+class ReducedBankConflicts(_Fixed256):
+    kernel_names = ("reducedBankConflictsKernel",)
+    precision, measure, tolerance = "fp16", "scaled_abs_diff", HALF_THRESHOLD
+    static_smem = 13568
+
+
+class CoalescedWeights(ReducedBankConflicts):
+    kernel_names = ("coalescedWeightsReadsKernel",)
+    packing = staticmethod(pack.half_rows)
+
+    def args(self, name, y, x, w, n):
+        _, b1, _, b2, _, b3 = w.raw
+        e = w.extra
+        return (x, e["w1p"], b1, e["w2p"], b2, e["w3p"], b3, y, np.int32(n))
+
+
+class InputsLoadHiding(CoalescedWeights):
+    kernel_names = ("inputsLoadHidingKernel",)
+    static_smem = 18688
+
+
+class BetterOccupancy(ReducedBankConflicts):
+    kernel_names = ("betterOccupancyKernel",)
+    packing = staticmethod(pack.quarter_rows)
+    defaults = {"blocks_per_sm": 4, "min_blocks": 4}
+    static_smem = 13056
+
+    def defines(self, params, shape):
+        return {"MIN_BLOCKS": params["min_blocks"]}
+
+    def check_params(self, params):
+        super().check_params(params)
+        _int_param(params, "min_blocks", range(1, 9), "pass min_blocks between 1 and 8 (4 caps registers at 64).")
+        limits.check_launch_bounds(256, params["min_blocks"], what=f"{self.slug}: betterOccupancyKernel")
+
+    def args(self, name, y, x, w, n):
+        _, b1, _, b2, _, b3 = w.raw
+        e = w.extra
+        return (x, e["w1q"], b1, e["w2q"], b2, e["w3q"], b3, y, np.int32(n))
+
+
+class Best(MlpImpl):
+    """Step 12: the fastest half-precision kernel per N (a choice, not a new kernel)."""
+
+    kernel_names = ("coalescedWeightsReadsKernel", "inputsLoadHidingKernel", "betterOccupancyKernel")
+    precision, measure, tolerance = "fp16", "scaled_abs_diff", HALF_THRESHOLD
+    choices = {"coalesced-weights": kernel_names[0], "inputs-load-hiding": kernel_names[1],
+               "better-occupancy": kernel_names[2]}
+    defaults = {"small": "inputs-load-hiding", "large": "coalesced-weights", "switch_columns": 65536,
+                "blocks_per_sm": 4, "min_blocks": 4}
+    static_smem = 18688
+
+    @staticmethod
+    def packing(host_weights):
+        return {**pack.half_rows(host_weights), **pack.quarter_rows(host_weights)}
+
+    def defines(self, params, shape):
+        return {"MIN_BLOCKS": params["min_blocks"]}
+
+    def check_params(self, params):
+        super().check_params(params)
+        for key in ("small", "large"):
+            if params[key] not in self.choices:
+                raise ParameterError(f"{key}={params[key]!r} names no candidate kernel.",
+                                     f"use one of: {', '.join(self.choices)}.")
+        _int_param(params, "min_blocks", range(1, 9), "pass min_blocks between 1 and 8.")
+        limits.finite_number("switch_columns", params["switch_columns"], 1, 2**31 - 1, example="65536")
+
+    def plan(self, shape, params):
+        name = self.choices[params["small" if shape.N <= params["switch_columns"] else "large"]]
+        tiles = -(-shape.N // 32)
+        return [(name, (self.persistent_grid(tiles, params["blocks_per_sm"]), 1, 1), (256, 1, 1))]
+
+    def prepare(self, params, problem):
+        for name in self.kernel_names:  # one module holds all three
+            self.kernel(name, params, problem)
+
+    def args(self, name, y, x, w, n):
+        _, b1, _, b2, _, b3 = w.raw
+        e = w.extra
+        if name == "betterOccupancyKernel":
+            return (x, e["w1q"], b1, e["w2q"], b2, e["w3q"], b3, y, np.int32(n))
+        return (x, e["w1p"], b1, e["w2p"], b2, e["w3p"], b3, y, np.int32(n))
+
+
+class TensorCore3xTF32(MlpImpl):
+    """Step 13: fully fused mma.sync m16n8k8 TF32 kernel, 3xTF32 for FP32 accuracy."""
+
+    kernel_names = ("fusedTensorCore3xTF32Kernel",)
+    defaults = {"warps": 4, "m_tiles": 2, "blocks_per_sm": 2}
+    packing = staticmethod(pack.tf32_fragments)
+    dynamic_smem = 74272
+    max_warps = 8
+
+    def keys(self, shape, params):
+        return params["warps"], params["m_tiles"], params["blocks_per_sm"]
+
+    def defines(self, params, shape):
+        warps, m_tiles, _ = self.keys(shape, params)
+        return {"WARPS": warps, "M_TILES": m_tiles}
+
+    def check_params(self, params):
+        for prefix in self.prefixes():
+            _int_param(params, f"{prefix}warps", range(1, self.max_warps + 1),
+                       f"pass {prefix}warps between 1 and {self.max_warps} (registers limit the block).")
+            _int_param(params, f"{prefix}m_tiles", (1, 2), f"pass {prefix}m_tiles=1 or 2 (16 columns each).")
+            _int_param(params, f"{prefix}blocks_per_sm", range(1, 33), f"pass {prefix}blocks_per_sm, e.g. 2.")
+
+    def prefixes(self):
+        return ("",)
+
+    def plan(self, shape, params):
+        warps, m_tiles, per_sm = self.keys(shape, params)
+        tiles = -(-shape.N // (16 * m_tiles))
+        return [(self.kernel_names[0], (self.persistent_grid(-(-tiles // warps), per_sm), 1, 1), (32 * warps, 1, 1))]
+
+    def args(self, name, y, x, w, n):
+        return (x, w.extra["packed"], y, np.int32(n))
+
+
+class TensorCoreHalf(TensorCore3xTF32):
+    """Step 14: the same in FP16 (m16n8k16, FP32 accumulation)."""
+
+    kernel_names = ("fusedTensorCoreHalfKernel",)
+    defaults = {"warps": 4, "m_tiles": 2, "blocks_per_sm": 3}
+    precision, measure, tolerance = "fp16", "scaled_abs_diff", HALF_THRESHOLD
+    packing = staticmethod(pack.f16_fragments)
+    dynamic_smem = 0
+    static_smem = 20000
+
+
+class Final(TensorCore3xTF32):
+    """Step 15: step 13's kernel with its launch shape chosen per N (small and large cases)."""
+
+    defaults = {"small_warps": 4, "small_m_tiles": 1, "small_blocks_per_sm": 4,
+                "large_warps": 4, "large_m_tiles": 2, "large_blocks_per_sm": 2, "switch_columns": 65536}
+
+    def prefixes(self):
+        return ("small_", "large_")
+
+    def keys(self, shape, params):
+        p = "small_" if shape.N <= params["switch_columns"] else "large_"
+        return params[p + "warps"], params[p + "m_tiles"], params[p + "blocks_per_sm"]
+
+    def check_params(self, params):
+        super().check_params(params)
+        limits.finite_number("switch_columns", params["switch_columns"], 1, 2**31 - 1, example="65536")

@@ -1,0 +1,324 @@
+"""MLP study without a GPU: problem, data files, references, validation before launch, the step
+list, the packed weight layouts (emulated lane by lane), and nvcc builds of every kernel."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from kernelbook import kernels
+from kernelbook.errors import DataError, GPUUnavailable, LaunchLimitError, ParameterError, ShapeError
+from kernelbook.mlp import CASES, STEPS, MlpShape, check_call, data, forward, pack, reference
+
+W = data.make_weights(3)
+
+
+# ----------------------------------------------------------------------------- problem
+
+
+def test_shape_counts_flops_and_bytes():
+    s = MlpShape(CASES["100x100"])
+    assert s.flops == 2 * 2_097_152 * (71 * 64 + 64 * 64 + 64 * 4)
+    assert s.min_bytes == 4 * (75 * 2_097_152 + 9028)
+    assert round(s.flops / 1e9, 1) == 37.3 and round(s.min_bytes / 1e9, 2) == 0.63
+    assert s.as_dict()["N"] == 2_097_152 and s.y_shape == (4, 2_097_152)
+
+
+@pytest.mark.parametrize("n", [0, -3, True, 2.0, "12", 2**31])
+def test_bad_column_counts_are_refused(n):
+    with pytest.raises(ShapeError, match="Fix:"):
+        MlpShape(n)
+
+
+# ----------------------------------------------------------------------------- data files
+
+
+def test_weights_round_trip_and_shipped_file(tmp_path):
+    path = data.write_weights(W, tmp_path / "w.bin")
+    back = data.read_weights(path)
+    for a, b in zip(W, back):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    shipped = data.load_weights()
+    assert all(np.array_equal(a, b) for a, b in zip(shipped, data.make_weights(data.WEIGHTS_SEED)))
+
+
+def test_signals_round_trip_and_determinism(tmp_path):
+    x = data.make_signals(33, seed=5)
+    assert x.shape == (71, 33) and x.dtype == np.float32 and np.abs(x).max() <= 1
+    assert np.array_equal(x, data.make_signals(33, seed=5))
+    assert np.array_equal(data.read_signals(data.write_signals(x, tmp_path / "x.bin")), x)
+
+
+def test_missing_truncated_and_malformed_files(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        data.read_weights(tmp_path / "none.bin")
+    good = data.write_weights(W, tmp_path / "w.bin").read_bytes()
+    cases = {"truncated": good[:-10], "magic": b"XXXXXXXX" + good[8:], "header": good[:10],
+             "padded": good + b"\0\0\0\0"}
+    for name, raw in cases.items():
+        p = tmp_path / f"{name}.bin"
+        p.write_bytes(raw)
+        with pytest.raises(DataError, match="malformed") as err:
+            data.read_weights(p)
+        assert str(p) in str(err.value) and "Fix:" in str(err.value)
+    with pytest.raises(DataError, match="signals"):
+        data.read_signals(tmp_path / "w.bin")   # a weights file is not a signals file
+
+
+def test_non_finite_weights_in_a_file(tmp_path):
+    bad = list(W)
+    bad[2] = bad[2].copy()
+    bad[2][1, 1] = np.nan
+    path = tmp_path / "nan.bin"
+    data._write(path, data.WEIGHTS_MAGIC, bad)  # write around the checks, as a corrupt file would be
+    with pytest.raises(DataError, match="non-finite values in W2"):
+        data.read_weights(path)
+
+
+# ----------------------------------------------------------------------------- references
+
+
+def test_references_agree_and_scaled_measure():
+    x = data.make_signals(500, 1)
+    y64, y32 = reference.forward64(x, W), reference.forward32(x, W)
+    assert y64.shape == (4, 500) and y32.dtype == np.float32
+    assert reference.rel_l2(y32, y64) < 1e-6
+    assert reference.scaled_abs_diff(y32, y32) == 0.0
+    shifted = y32.copy()
+    shifted[0, 0] += 0.1 * np.abs(y32).max()
+    assert reference.scaled_abs_diff(shifted, y32) == pytest.approx(0.1, rel=1e-5)
+    shifted[1, 1] = np.nan
+    assert reference.scaled_abs_diff(shifted, y32) == float("inf")
+    h = reference.forward64(x.astype(np.float16), [w.astype(np.float16) for w in W])
+    assert reference.scaled_abs_diff(h, y32) < reference.HALF_THRESHOLD
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def test_step_list_matches_the_kernel_files():
+    assert len(STEPS) == 16 and STEPS.baseline.slug == "baseline"
+    problems = [p for p in STEPS.check_files() if not p.endswith(".md is missing")]
+    assert problems == []
+    for step in STEPS:
+        impl = STEPS.impl(step.slug)
+        assert impl.kernel_names and set(impl.params()) == set(impl.defaults)
+        assert impl.precision in ("fp32", "fp16")
+        assert (impl.measure == "scaled_abs_diff") == (impl.precision == "fp16")
+
+
+@pytest.mark.parametrize("slug", STEPS.slugs())
+def test_every_step_accepts_odd_column_counts(slug):
+    x = data.make_signals(33, 2)
+    impl, shape, params, _ = check_call(slug, x, W)
+    for n in (1, 31, 12800, CASES["100x100"]):
+        impl.validate(MlpShape(n), params)
+
+
+def test_arguments_are_checked_before_any_launch():
+    x = data.make_signals(40, 2)
+    with pytest.raises(ShapeError, match=r"\(71, N\)"):
+        check_call("baseline", x.T.copy(), W)
+    with pytest.raises(ShapeError, match="float32"):
+        check_call("baseline", x.astype(np.float64), W)
+    with pytest.raises(ShapeError, match="C-contiguous"):
+        check_call("baseline", np.asfortranarray(x), W)
+    with pytest.raises(ShapeError, match="W2"):
+        check_call("baseline", x, (W[0], W[1], W[2][:, :63].copy(), W[3], W[4], W[5]))
+    with pytest.raises(ShapeError, match="six"):
+        check_call("baseline", x, W[:5])
+    bad = list(W)
+    bad[4] = bad[4].copy()
+    bad[4][0, 0] = np.inf
+    with pytest.raises(ShapeError, match="non-finite"):
+        check_call("final", x, tuple(bad))
+    with pytest.raises(ShapeError, match="out"):
+        check_call("baseline", x, W, out=np.zeros((4, 41), np.float32))
+
+
+@pytest.mark.parametrize("slug, params, error", [
+    ("baseline", {"tile": 64}, ParameterError),
+    ("baseline", {"tile": 16.0}, ParameterError),
+    ("baseline", {"tiles": 16}, ParameterError),
+    ("fused-global", {"columns": 0}, ParameterError),
+    ("whole-net-shared", {"blocks_per_sm": True}, ParameterError),
+    ("better-occupancy", {"min_blocks": 9}, ParameterError),
+    ("better-occupancy", {"min_blocks": 8}, ParameterError),   # 8 x 256 threads fit; fine below
+    ("best", {"small": "fastest"}, ParameterError),
+    ("best", {"switch_columns": float("nan")}, ParameterError),
+    ("tensor-core-3xtf32", {"m_tiles": 3}, ParameterError),
+    ("tensor-core-fp16", {"warps": 40}, ParameterError),
+    ("final", {"large_warps": 0}, ParameterError),
+])
+def test_bad_parameters_are_refused(slug, params, error):
+    x = data.make_signals(8, 2)
+    if params == {"min_blocks": 8}:
+        check_call(slug, x, W, **params)   # 2048 threads per SM: accepted
+        return
+    with pytest.raises(error, match="Fix:"):
+        check_call(slug, x, W, **params)
+
+
+def test_launch_limits_are_checked(monkeypatch):
+    """A smaller GPU's limits refuse launches the H100 accepts, with the limit named."""
+    import dataclasses
+
+    from kernelbook import limits
+
+    small = dataclasses.replace(limits.H100, name="a small GPU", max_threads_per_block=128,
+                                static_smem_per_block=16 * 1024, max_threads_per_sm=1024)
+    monkeypatch.setattr(limits, "current", lambda: small)
+    x = data.make_signals(10, 2)
+    with pytest.raises(LaunchLimitError, match="128"):
+        check_call("fused-global", x, W)                       # 256 threads per block
+    with pytest.raises(LaunchLimitError, match="shared memory"):
+        check_call("fused-shared", x, W, columns=2)            # 37 KB of static shared memory
+    with pytest.raises(LaunchLimitError, match="__launch_bounds__"):
+        STEPS.impl("better-occupancy").validate(MlpShape(10), {"blocks_per_sm": 4, "min_blocks": 5})
+
+
+def test_forward_without_gpu_says_so(no_gpu):
+    x = data.make_signals(8, 2)
+    with pytest.raises(GPUUnavailable, match="CUDA GPU is needed"):
+        forward(x, W)
+    with pytest.raises(ParameterError):   # parameter names are checked first, GPU or not
+        forward(x, W, tile_width=3)
+
+
+# ----------------------------------------------------------------------------- packed layouts
+
+
+def _lanes():
+    lane = np.arange(32)
+    return lane // 4, lane % 4
+
+
+def _mma(a_rows, b_rows, c, k):
+    """D += A B for one warp-level mma, rebuilt from lane fragments (PTX ISA layouts)."""
+    g, q = _lanes()
+    A, B = np.zeros((16, k)), np.zeros((k, 8))
+    if k == 8:
+        A[g, q], A[g + 8, q], A[g, q + 4], A[g + 8, q + 4] = a_rows.T
+        B[q, g], B[q + 4, g] = b_rows.T
+    else:
+        for e, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
+            A[g + dr, 2 * q + dk], A[g + dr, 2 * q + dk + 1] = a_rows[:, e].T
+        (B[2 * q, g], B[2 * q + 1, g]), (B[2 * q + 8, g], B[2 * q + 9, g]) = b_rows[:, 0].T, b_rows[:, 1].T
+    D = A @ B
+    c += np.stack([D[g, 2 * q], D[g, 2 * q + 1], D[g + 8, 2 * q], D[g + 8, 2 * q + 1]], 1)
+
+
+def _init(bias, off, count):
+    g, q = _lanes()
+    return np.stack([np.stack([bias[off + 8 * t + 2 * q], bias[off + 8 * t + 2 * q + 1],
+                               bias[off + 8 * t + 2 * q], bias[off + 8 * t + 2 * q + 1]], 1)
+                     for t in range(count)])
+
+
+def _outputs(out):
+    g, q = _lanes()
+    y = np.full((4, 16), np.nan)
+    for lane in np.flatnonzero(q < 2):
+        o, col = 2 * q[lane], g[lane]
+        y[o, col], y[o + 1, col], y[o, col + 8], y[o + 1, col + 8] = out[lane]
+    return y
+
+
+def test_tf32_fragments_reproduce_the_network():
+    """Emulate step 13 on one tile: the packed B fragments and the permuted k order of layers
+    2-3 (accumulators reused as A fragments) must give the network (big + small ~ FP32)."""
+    x = data.make_signals(16, 4)
+    p = pack.tf32_fragments(W).astype(np.float64)
+    sizes = np.cumsum([0, 9 * 8 * 32 * 4, 8 * 8 * 32 * 4, 8 * 32 * 4])
+    f1, f2, f3 = (p[a:b].reshape(-1, 32, 4) for a, b in zip(sizes[:-1], sizes[1:]))
+    bias = p[sizes[-1]:]
+    g, q = _lanes()
+    xp = np.vstack([x, np.zeros((1, 16))])
+    acc = _init(bias, 0, 8)
+    for j in range(9):
+        a = np.stack([xp[8 * j + q, g], xp[8 * j + q, g + 8], xp[8 * j + q + 4, g], xp[8 * j + q + 4, g + 8]], 1)
+        for nt in range(8):
+            b = f1[j * 8 + nt]
+            _mma(a, b[:, :2] + b[:, 2:], acc[nt], 8)
+    acc2 = _init(bias, 64, 8)
+    for j in range(8):
+        a = np.maximum(acc[j], 0)[:, [0, 2, 1, 3]]
+        for nt in range(8):
+            b = f2[j * 8 + nt]
+            _mma(a, b[:, :2] + b[:, 2:], acc2[nt], 8)
+    out = _init(bias, 128, 1)[0]
+    for j in range(8):
+        b = f3[j]
+        _mma(np.maximum(acc2[j], 0)[:, [0, 2, 1, 3]], b[:, :2] + b[:, 2:], out, 8)
+    ref = reference.forward64(x, W)
+    assert np.abs(_outputs(out) - ref).max() < 1e-5 * np.abs(ref).max()
+
+
+def test_f16_fragments_reproduce_the_network():
+    x = data.make_signals(16, 4)
+    raw = pack.f16_fragments(W).tobytes()
+    assert len(raw) == 20000
+    h = np.frombuffer(raw[:19456], dtype=np.float16).astype(np.float64).reshape(-1, 32, 2, 2)
+    f1, f2, f3 = h[:40], h[40:72], h[72:]
+    bias = np.frombuffer(raw[19456:], dtype=np.float32).astype(np.float64)
+    g, q = _lanes()
+    xp = np.vstack([x, np.zeros((9, 16))])
+
+    def a_from(acc, j):
+        r = np.maximum(acc, 0)
+        return np.stack([r[2 * j][:, :2], r[2 * j][:, 2:], r[2 * j + 1][:, :2], r[2 * j + 1][:, 2:]], 1)
+
+    acc = _init(bias, 0, 8)
+    for j in range(5):
+        k = 16 * j + 2 * q
+        a = np.stack([np.stack([xp[k + dk, g + dr], xp[k + dk + 1, g + dr]], 1)
+                      for dr, dk in ((0, 0), (8, 0), (0, 8), (8, 8))], 1)
+        for nt in range(8):
+            _mma(a, f1[j * 8 + nt], acc[nt], 16)
+    acc2 = _init(bias, 64, 8)
+    for j in range(4):
+        for nt in range(8):
+            _mma(a_from(acc, j), f2[j * 8 + nt], acc2[nt], 16)
+    out = _init(bias, 128, 1)[0]
+    for j in range(4):
+        _mma(a_from(acc2, j), f3[j], out, 16)
+    ref = reference.forward32(x, W)
+    assert reference.scaled_abs_diff(_outputs(out), ref) < 5e-3
+
+
+def test_half_and_quarter_row_packing():
+    hp, qp = pack.half_rows(W), pack.quarter_rows(W)
+    W1 = np.pad(W[0], ((0, 0), (0, 1)))
+    for q in (0, 5, 127):
+        u, h = divmod(q, 2)
+        assert np.allclose(hp["w1p"][:, q].ravel(), W1[u, 36 * h:36 * h + 36], atol=2e-3)
+        assert np.allclose(hp["w2p"][:, q].ravel(), W[2][u, 32 * h:32 * h + 32], atol=2e-3)
+    for t in (0, 7, 255):
+        u, r = divmod(t, 4)
+        assert np.allclose(qp["w1q"][:, t].ravel(), W1[u, 18 * r:18 * r + 18], atol=2e-3)
+        assert np.allclose(qp["w2q"][:, t].ravel(), W[2][u, 16 * r:16 * r + 16], atol=2e-3)
+    for s in (0, 6, 15):
+        o, r = divmod(s, 4)
+        assert np.allclose(qp["w3q"][:, s].ravel(), W[4][o, 16 * r:16 * r + 16], atol=2e-3)
+    assert np.allclose(hp["w3p"].reshape(4, 64), W[4], atol=2e-3)
+
+
+# ----------------------------------------------------------------------------- nvcc
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("slug", STEPS.slugs())
+def test_every_kernel_compiles_for_sm90(slug, tmp_path):
+    impl = STEPS.impl(slug)
+    params = impl.params()
+    for n in (12800, CASES["100x100"]):
+        cubin, report = kernels.compile_cubin(impl.source, impl.defines(params, MlpShape(n)),
+                                              out=tmp_path / f"{n}.cubin")
+        assert cubin.stat().st_size > 0
+        names = {r.name for r in report}
+        assert set(impl.kernel_names) <= names
+        assert all(r.spill_store_bytes == 0 for r in report)
+    if slug == "better-occupancy":
+        assert max(r.registers for r in report) <= 64
