@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import hashlib
 import json
+import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,6 +29,7 @@ from typing import Any, Callable
 import yaml
 
 from . import paths, results
+from .atomic import write_json_atomic
 from .errors import KernelbookError
 
 #: Parameters every notebook defines; the batch always passes them, so they are never "unknown".
@@ -223,14 +226,18 @@ def _check_parameters(name: str, source: Path, ipynb: Path, nb, parameters: dict
 
 @dataclass
 class NotebookResult:
-    """How one notebook of the batch ended."""
+    """How one notebook of the batch ended (``running`` left behind means the batch was killed)."""
 
     name: str
     path: str
     output: str
-    status: str = "pending"  # pending, ok, failed
+    status: str = "pending"  # pending, running, ok, failed
     seconds: float | None = None
     error: str | None = None
+    source_sha256: str | None = None  # of the source that was executed: a later edit makes the page stale
+    run_id: str | None = None
+    finished_utc: str | None = None
+    shown_instead: list = field(default_factory=list)  # [part, name, asked for, shown] of replayed pages
 
 
 @dataclass
@@ -245,6 +252,8 @@ class BatchReport:
     finished_utc: str | None = None
     notebooks: list[NotebookResult] = field(default_factory=list)
 
+    earlier: list[NotebookResult] = field(default_factory=list)  # notebooks of earlier batches, kept
+
     @property
     def failed(self) -> list[NotebookResult]:
         return [nb for nb in self.notebooks if nb.status != "ok"]
@@ -254,7 +263,12 @@ class BatchReport:
         return not self.failed
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        data.pop("earlier")
+        # The record the build reads: every notebook's latest execution, this batch's first.
+        mine = {nb.name for nb in self.notebooks}
+        data["notebooks"] = data["notebooks"] + [asdict(nb) for nb in self.earlier if nb.name not in mine]
+        return data
 
 
 def _short_error(exc: BaseException, limit: int = 300) -> str:
@@ -281,14 +295,42 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
+def source_digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def _record_source(output: Path, source: Path) -> None:
-    """Point papermill's ``input_path`` metadata at the MyST source, not the temporary ``.ipynb``."""
+    """Point papermill's ``input_path`` at the MyST source, and show the parameters once.
+
+    Papermill adds a cell of injected parameters after the ``parameters`` cell; a reader would see
+    two cells of parameters, one of them stale. The values that were used are folded into the
+    ``parameters`` cell (a line per injected name replaced, new names appended) and the injected
+    cell is hidden.
+    """
     import nbformat
 
     if not output.is_file():
         return
     nb = nbformat.read(output, as_version=4)
     nb.metadata.setdefault("papermill", {})["input_path"] = _relative(source)
+    injected = next((c for c in nb.cells if "injected-parameters" in (c.get("metadata", {}).get("tags") or [])), None)
+    original = next((c for c in nb.cells if "parameters" in (c.get("metadata", {}).get("tags") or [])), None)
+    if injected is not None and original is not None:
+        values = {}
+        for line in injected.source.splitlines():
+            name, sep, _ = line.partition(" = ")
+            if sep and name.isidentifier():
+                values[name] = line
+        lines = []
+        for line in original.source.splitlines():
+            name = line.split("=", 1)[0].strip()
+            if name in values:
+                comment = line[line.index("#"):] if "#" in line else ""
+                lines.append(values.pop(name) + (f"  {comment}" if comment else ""))
+            else:
+                lines.append(line)
+        original.source = "\n".join(lines + list(values.values()))
+        injected.metadata.setdefault("tags", []).append("remove-cell")
     nbformat.write(nb, output)
 
 
@@ -317,7 +359,6 @@ def run_batch(
     matches nothing, a bad mode) are raised before anything runs.
     """
     import nbformat
-    import papermill
 
     parameters = dict(parameters or {})
     # ``-p mode=...`` / ``-p run_id=...`` are accepted as spellings of the dedicated arguments.
@@ -341,16 +382,22 @@ def run_batch(
     out_dir = Path(out_dir) if out_dir else paths.build_dir() / "executed"
     notebooks = select(book_notebooks(toc), only, book_root)
 
+    from . import gpu
+
+    ok, why = gpu.availability()
+    if mode == "measure" and not ok:  # refuse in seconds, before any page could quietly replay
+        raise BatchError(f"--mode measure needs a CUDA GPU, but {why}.",
+                         "run on a machine with an NVIDIA GPU, or use --mode replay (or auto) to show the recorded runs.")
+    _check_writable(out_dir)
     report = BatchReport(
         run_id=run_id, mode=mode, parameters=parameters, out_dir=_relative(out_dir),
         started_utc=results.utc_now(),
     )
+    report.earlier = _earlier(out_dir)
     batch_json = out_dir / "batch.json"
     # Notebooks that will replay write nothing, so a generated run id is not passed to them: a
     # reader of a replayed page must not see the id of a run that was never recorded.
-    from . import gpu
-
-    measuring = mode == "measure" or (mode == "auto" and gpu.available())
+    measuring = mode == "measure" or (mode == "auto" and ok)
     injected = {**parameters, "mode": mode, "run_id": run_id if measuring or given_run_id else None}
 
     with tempfile.TemporaryDirectory(prefix="kernelbook-batch-") as tmp:
@@ -366,40 +413,148 @@ def run_batch(
             _check_parameters(name, source, ipynb, nb, parameters)
             output = out_dir / f"{name}.ipynb"
             prepared.append((source, ipynb, output))
-            report.notebooks.append(NotebookResult(name=name, path=_relative(source), output=_relative(output)))
+            report.notebooks.append(NotebookResult(name=name, path=_relative(source), output=_relative(output),
+                                                   source_sha256=source_digest(source)))
 
-        results.write_json_atomic(batch_json, report.to_json())
-        total = len(prepared)
-        for index, ((source, ipynb, output), entry) in enumerate(zip(prepared, report.notebooks), start=1):
-            head = f"[{index}/{total}] {entry.name} ..."
-            log(head)
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.unlink(missing_ok=True)  # never let a stale copy pass for this batch's result
-            started = time.perf_counter()
-            try:
-                papermill.execute_notebook(
-                    str(ipynb),
-                    str(output),
-                    parameters=injected,
-                    kernel_name=kernel_name,
-                    progress_bar=progress_bar,
-                    cwd=str(source.parent),
-                )
-            except Exception as exc:  # one broken chapter must not stop the others
-                entry.status, entry.error = "failed", _short_error(exc)
-            else:
-                entry.status = "ok"
-            entry.seconds = round(time.perf_counter() - started, 2)
-            _record_source(output, source)
-            if entry.status == "ok":
-                log(f"{head} ok ({entry.seconds:.1f} s)")
-            else:
-                log(f"{head} FAILED ({entry.error})")
-            results.write_json_atomic(batch_json, report.to_json())
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lock = _batch_lock(out_dir).__enter__()
+        try:
+            _execute_all(prepared, report, batch_json, injected, kernel_name, progress_bar, measuring, tmp, log)
+        finally:
+            lock.__exit__()
 
     report.finished_utc = results.utc_now()
-    results.write_json_atomic(batch_json, report.to_json())
+    write_json_atomic(batch_json, report.to_json())
     return report
+
+
+def _execute_all(prepared, report, batch_json, injected, kernel_name, progress_bar, measuring, tmp, log) -> None:
+    """Execute the prepared notebooks one by one, recording each one's state in ``batch.json``."""
+    import papermill
+
+    write_json_atomic(batch_json, report.to_json())
+    total = len(prepared)
+    for index, ((source, ipynb, output), entry) in enumerate(zip(prepared, report.notebooks), start=1):
+        head = f"[{index}/{total}] {entry.name} ..."
+        log(head)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.unlink(missing_ok=True)  # never let a stale copy pass for this batch's result
+        entry.status = "running"  # left behind if the batch is killed: the build refuses it
+        write_json_atomic(batch_json, report.to_json())
+        notes = Path(tmp) / f"{index}.notes.jsonl"
+        os.environ[NOTES_ENV] = str(notes)
+        started = time.perf_counter()
+        try:
+            papermill.execute_notebook(
+                str(ipynb),
+                str(output),
+                parameters=injected,
+                kernel_name=kernel_name,
+                progress_bar=progress_bar,
+                cwd=str(source.parent),
+            )
+        except Exception as exc:  # one broken chapter must not stop the others
+            entry.status, entry.error = "failed", _short_error(exc)
+        else:
+            entry.status = "ok"
+        finally:
+            os.environ.pop(NOTES_ENV, None)
+        entry.seconds = round(time.perf_counter() - started, 2)
+        entry.finished_utc = results.utc_now()
+        entry.run_id = report.run_id if measuring else None
+        entry.shown_instead = _read_notes(notes)
+        _record_source(output, source)
+        if entry.status == "ok":
+            log(f"{head} ok ({entry.seconds:.1f} s)")
+        else:
+            log(f"{head} FAILED ({entry.error})")
+        write_json_atomic(batch_json, report.to_json())
+
+
+NOTES_ENV = "KERNELBOOK_NOTES_FILE"  # the same name as kernelbook.session.NOTES_ENV
+LOCK_NAME = ".batch.lock"
+
+
+def _read_notes(path: Path) -> list:
+    """[part, name, asked for, shown] for every value a replayed page showed instead of the asked one."""
+    if not path.is_file():
+        return []
+    found = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        found += [[item["part"], *m] for m in item.get("mismatches", [])]
+    return found
+
+
+def _check_writable(out_dir: Path) -> None:
+    """Refuse an output folder that cannot be created or written, without creating anything."""
+    existing = Path(out_dir).resolve()
+    while not existing.exists():
+        existing = existing.parent
+    problem = None
+    if not existing.is_dir():
+        problem = f"{existing} is a file, not a folder"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = f"{existing} is not writable"
+    if problem:
+        raise BatchError(f"The output folder {out_dir} cannot be written ({problem}).",
+                         "pass --out with a folder you can write to, or fix its permissions.")
+
+
+def _earlier(out_dir: Path) -> list[NotebookResult]:
+    """The notebooks recorded by earlier batches into the same folder (kept in batch.json)."""
+    try:
+        data = json.loads((out_dir / "batch.json").read_text(encoding="utf-8"))
+        known = {f.name for f in NotebookResult.__dataclass_fields__.values()}
+        return [NotebookResult(**{k: v for k, v in nb.items() if k in known}) for nb in data.get("notebooks", [])]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return []
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _batch_lock:
+    """One batch at a time per output folder: a second one is refused with the first one's start."""
+
+    def __init__(self, out_dir: Path):
+        self.path = Path(out_dir) / LOCK_NAME
+
+    def __enter__(self):
+        payload = json.dumps({"pid": os.getpid(), "since": results.utc_now()}).encode()
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    held = json.loads(self.path.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    held = {}
+                if held.get("pid") and _pid_alive(int(held["pid"])):
+                    raise BatchError(
+                        f"Another batch (process {held['pid']}) is running since {held.get('since', '?')} and writes "
+                        f"to {self.path.parent}.",
+                        "wait for it to finish, or use --out DIR to execute into another folder.") from None
+                self.path.unlink(missing_ok=True)  # left by a killed batch
+                continue
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(payload)
+            return self
+        raise BatchError(f"Cannot take the batch lock {self.path}.", f"remove {self.path} if no batch is running.")
+
+    def __exit__(self, *exc):
+        self.path.unlink(missing_ok=True)
+        return False
 
 
 def read_report(out_dir: Path | None = None) -> dict:

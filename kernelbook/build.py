@@ -11,6 +11,7 @@ modified, and the stage holds nothing but the book, so Sphinx cannot wander into
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -37,8 +38,39 @@ def _failed_in_batch(notebook: Path) -> bool:
     """Whether papermill marked this executed notebook as stopped by an exception."""
     import nbformat
 
-    nb = nbformat.read(notebook, as_version=4)
+    try:
+        nb = nbformat.read(notebook, as_version=4)
+    except Exception as exc:  # NotJSONError, a truncated file, a validation error
+        raise BuildError(f"The executed notebook {notebook} cannot be read ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:200]}); it is truncated or damaged.",
+                         f"execute it again: `kernelbook run --only '{notebook.with_suffix('').name}'` "
+                         "(or the whole book with `kernelbook run`).") from None
     return bool(nb.metadata.get("papermill", {}).get("exception"))
+
+
+def _batch_problems(executed_dir: Path, names: list[str], sources: dict[str, Path]) -> tuple[list[str], list[str]]:
+    """(notebooks the batch record says are not ok, notebooks whose source changed since they ran)."""
+    from .batch import source_digest
+
+    record = executed_dir / "batch.json"
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+        entries = {nb["name"]: nb for nb in data.get("notebooks", [])}
+    except FileNotFoundError:
+        return [f"{name} (no batch record {record})" for name in names], []
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return [f"every notebook (the batch record {record} is damaged)"], []
+    bad, stale = [], []
+    for name in names:
+        entry = entries.get(name)
+        if entry is None:
+            bad.append(f"{name} (not in the batch record)")
+        elif entry.get("status") != "ok":
+            why = {"running": "interrupted while it ran", "pending": "never ran: the batch stopped before it"}
+            bad.append(f"{name} ({why.get(entry.get('status'), entry.get('error') or entry.get('status'))})")
+        elif entry.get("source_sha256") and entry["source_sha256"] != source_digest(sources[name]):
+            stale.append(name)
+    return bad, stale
 
 
 def stage_book(
@@ -70,8 +102,22 @@ def stage_book(
     if missing:
         raise BuildError(
             f"No executed notebook for {', '.join(missing)} in {executed_dir}.",
-            "run `kernelbook run` first (it writes the executed notebooks the book is built from).",
+            f"run `kernelbook run --only '{missing[0]}'` (or `kernelbook run` for the whole book) first.",
         )
+    bad, stale = _batch_problems(executed_dir, names, dict(zip(names, notebooks)))
+    if bad:
+        message = f"The batch record refuses {len(bad)} notebook(s): {'; '.join(bad)}."
+        first = bad[0].split(" ")[0]
+        if strict:
+            raise BuildError(message, f"re-run them (`kernelbook run --only '{first}'`), or build with --no-strict "
+                                      "to publish them as they are.")
+        log(f"warning: {message}")
+    if stale:
+        message = (f"The source of {', '.join(stale)} changed after it was executed; the page would show the old "
+                   "version.")
+        if strict:
+            raise BuildError(message, f"re-run it (`kernelbook run --only '{stale[0]}'`), or build with --no-strict.")
+        log(f"warning: {message}")
     crashed = [name for name, path in executed.items() if _failed_in_batch(path)]
     if crashed:
         message = f"The executed notebook(s) {', '.join(crashed)} stopped at an exception in the batch."

@@ -1,27 +1,27 @@
-"""Correctness gates timing: every variant is checked against a float64 reference first.
+"""Correctness gates timing: the check machinery every study uses.
 
-Each check draws fresh random inputs (never zeros), poisons the output with NaN before the
-launch, and compares with ``reference.conv2d_reference`` in float64 by the relative L2 error
-||out - ref|| / ||ref||. An unwritten element stays NaN, and NaN never passes.
+A check draws fresh random inputs (never zeros), poisons the output with NaN before the launch,
+runs the kernel once and compares with a float64 reference by the relative L2 error
+||out - ref|| / ||ref||. An unwritten element stays NaN, and NaN never passes. A study supplies
+the inputs, the launch and the reference; this module supplies the verdict, so that every study
+means the same thing by "passed".
 
-Shapes: the network's two layers (small batches) and random valid shapes, non-square
-included, drawn inside what the variant accepts. A shape the variant refuses is itself
-checked: it must raise ``ShapeError`` before any launch.
+A shape a step refuses is itself checked: its ``validate`` must raise before any launch.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import numpy as np
 
-from .errors import ShapeError
-from .lenet.variants import ConvShape, ConvVariant
+from .errors import KernelbookError
 
 
 @dataclass
 class CheckResult:
-    label: str            # "C1", "C3" or "random"
+    label: str                       # the case ("C1", "5x5") or "random"
     shape: dict
     passed: bool
     rel_l2_error: float | None = None
@@ -29,85 +29,58 @@ class CheckResult:
     unwritten: int | None = None
     tolerance: float | None = None
     error: str | None = None
+    measure: str = "rel_l2"          # what ``tolerance`` bounds (a study may define another)
+    measured: float | None = None    # the value of ``measure`` (rel. L2 error unless said otherwise)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def random_shape(rng: np.random.Generator) -> ConvShape:
-    """A random valid problem: small, often non-square, K from 1 to 9."""
-    K = int(rng.integers(1, 10))
-    return ConvShape(
-        B=int(rng.integers(1, 5)),
-        M=int(rng.integers(1, 21)),
-        C=int(rng.integers(1, 7)),
-        H=int(rng.integers(K, K + 48)),
-        W=int(rng.integers(K, K + 48)),
-        K=K,
-    )
+def poisoned(shape, xp=None, dtype="float32"):
+    """An output array full of NaN: what a kernel does not write stays visibly unwritten."""
+    if xp is None:
+        import cupy as xp  # noqa: N813
+    return xp.full(shape, xp.nan, dtype=dtype)
 
 
-def network_shapes(batch: int = 3) -> dict[str, ConvShape]:
-    from .lenet import layer_shape
-
-    return {"C1": layer_shape("C1", batch), "C3": layer_shape("C3", batch)}
-
-
-def check_shape(variant: ConvVariant, params: dict, shape: ConvShape, rng: np.random.Generator,
-                label: str = "random") -> CheckResult:
-    """Run ``variant`` once on random data of ``shape`` and compare with float64."""
-    import cupy as cp
-
-    from .lenet import conv_forward
-    from .reference import conv2d_reference
-
-    x = rng.uniform(-1.0, 1.0, size=shape.x_shape).astype(np.float32)
-    k = rng.uniform(-1.0, 1.0, size=shape.k_shape).astype(np.float32)
-    out = cp.full(shape.y_shape, cp.nan, dtype=cp.float32)  # poison: unwritten stays NaN
-    try:
-        conv_forward(cp.asarray(x), cp.asarray(k), variant.slug, out=out, **params)
-        cp.cuda.get_current_stream().synchronize()
-    except Exception as exc:  # a failed launch is a failed check, shown as such
-        return CheckResult(label, shape.as_dict(), False, tolerance=variant.tolerance,
-                           error=f"{type(exc).__name__}: {exc}")
-    got = out.get().astype(np.float64)
-    ref = conv2d_reference(x.astype(np.float64), k.astype(np.float64))
+def compare(got, ref, tolerance: float, label: str, shape: dict) -> CheckResult:
+    """Relative L2 error of ``got`` (any float array) against the float64 ``ref``."""
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        return CheckResult(label, shape, False, tolerance=tolerance,
+                           error=f"output shape {got.shape} differs from the reference's {ref.shape}")
     unwritten = int(np.isnan(got).sum())
     diff = np.nan_to_num(got - ref, nan=np.inf)
     denom = float(np.linalg.norm(ref)) or 1.0
     rel = float(np.linalg.norm(diff) / denom)
     max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
-    passed = unwritten == 0 and np.isfinite(rel) and rel <= variant.tolerance
-    return CheckResult(label, shape.as_dict(), bool(passed), rel, max_abs, unwritten, variant.tolerance)
+    passed = unwritten == 0 and np.isfinite(rel) and rel <= tolerance
+    return CheckResult(label, shape, bool(passed), rel, max_abs, unwritten, tolerance, measured=rel)
 
 
-def check_refusal(variant: ConvVariant, params: dict, shape: ConvShape) -> CheckResult:
-    """An out-of-limit shape must be refused by ``validate`` (which runs before any launch)."""
+def run_check(label: str, shape: dict, tolerance: float, launch: Callable[[], object],
+              reference: Callable[[], np.ndarray]) -> CheckResult:
+    """Launch once (``launch`` returns the device output, poisoned before the launch) and compare.
+
+    A launch that raises is a failed check with the error's words, never a crashed notebook.
+    """
     try:
-        variant.validate(shape, params)
-    except ShapeError as exc:
-        return CheckResult("refused", shape.as_dict(), True, error=str(exc))
-    return CheckResult("refused", shape.as_dict(), False, error="the shape was accepted")
+        out = launch()
+        got = out.get() if hasattr(out, "get") else np.asarray(out)
+    except Exception as exc:  # noqa: BLE001 - a failed launch is a failed check, shown as such
+        message = exc.message if isinstance(exc, KernelbookError) else str(exc)
+        return CheckResult(label, shape, False, tolerance=tolerance, error=f"{type(exc).__name__}: {message}")
+    return compare(got, reference(), tolerance, label, shape)
 
 
-def check_variant(variant: ConvVariant, params: dict, n_random: int = 8, seed: int | None = None,
-                  batch: int = 3) -> list[CheckResult]:
-    """The network's two layers plus ``n_random`` random shapes the variant accepts."""
-    rng = np.random.default_rng(seed)
-    results = [check_shape(variant, params, shape, rng, label)
-               for label, shape in network_shapes(batch).items()]
-    drawn = 0
-    attempts = 0
-    while drawn < n_random and attempts < 50 * max(n_random, 1):
-        attempts += 1
-        shape = random_shape(rng)
-        try:
-            variant.validate(shape, params)
-        except ShapeError:
-            continue  # outside this variant's limits: not a valid input for it
-        results.append(check_shape(variant, params, shape, rng))
-        drawn += 1
-    return results
+def check_refusal(validate: Callable[[], None], shape: dict) -> CheckResult:
+    """An out-of-limit shape or parameter must be refused by ``validate`` (before any launch)."""
+    try:
+        validate()
+    except KernelbookError as exc:
+        return CheckResult("refused", shape, True, error=exc.message)
+    return CheckResult("refused", shape, False, error="the shape was accepted")
 
 
 def all_passed(results: list[CheckResult]) -> bool:

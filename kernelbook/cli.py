@@ -4,10 +4,11 @@
 
     kernelbook run [--only PATTERN] [-p NAME=VALUE]... [--mode auto|measure|replay] [--out DIR]
     kernelbook build [--out DIR] [--executed DIR] [--no-strict]
-    kernelbook results [--format jsonl|csv] [--run ID]... [--runs]
+    kernelbook results [--format jsonl|csv] [--run ID]... [--runs] [--check]
+    kernelbook compare RUN_A RUN_B [--study S] [--format md|csv]
 
-Exit status: 0 when all went well, 1 when a notebook of the batch failed, 2 when kernelbook
-refused to go on (a ``KernelbookError``: its message and its fix are printed, no traceback,
+Exit status: 0 when all went well, 1 when a notebook of the batch failed (or ``results --check``
+found a problem), ``compare``: the number of regressions; 2 when kernelbook refused to go on (a ``KernelbookError``: its message and its fix are printed, no traceback,
 because the fix is the useful part).
 """
 
@@ -51,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--mode", choices=MODES, default="auto",
                      help="auto: measure when a GPU is usable, else replay the newest recorded run")
     run.add_argument("--out", type=Path, metavar="DIR", help="where the executed notebooks go (default _build/executed)")
+    run.add_argument("--no-progress", dest="progress", action="store_false",
+                     help="no per-cell progress bar (one line per notebook only)")
 
     build = commands.add_parser(
         "build", help="build the HTML book from the executed notebooks",
@@ -71,6 +74,18 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("--run", dest="runs_selected", action="append", metavar="ID",
                      help="only this run id (repeatable)")
     res.add_argument("--runs", action="store_true", help="list the recorded runs instead of their measurements")
+    res.add_argument("--check", action="store_true",
+                     help="validate every run and part of the store; list each problem (exit 1 if any)")
+
+    cmp = commands.add_parser(
+        "compare", help="compare two recorded runs, noise-aware (exit status: the number of regressions)",
+        description="For every measurement present in both runs: both medians, B/A, each one's spread from its "
+        "samples, and a verdict (same unless the medians differ by more than the larger spread).",
+    )
+    cmp.add_argument("run_a", metavar="RUN_A")
+    cmp.add_argument("run_b", metavar="RUN_B")
+    cmp.add_argument("--study", help="only this study's measurements (e.g. lenet)")
+    cmp.add_argument("--format", choices=("md", "csv"), default="md")
     return parser
 
 
@@ -82,10 +97,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     parameters = parse_parameters(args.parameters)
     report = run_batch(only=args.only, parameters=parameters, mode=args.mode, out_dir=args.out,
-                       log=lambda line: print(line, flush=True))
+                       log=lambda line: print(line, flush=True), progress_bar=args.progress)
     done = len(report.notebooks) - len(report.failed)
     print(f"run {report.run_id} (mode {report.mode}): {done} of {len(report.notebooks)} notebooks ok; "
           f"executed notebooks and batch.json in {report.out_dir}", flush=True)
+    for entry in report.notebooks:
+        for part, name, wanted, shown in entry.shown_instead:
+            print(f"WARNING {entry.name}: {name}={wanted!r} was asked for, but the replayed recording ({part}) "
+                  f"shows {name}={shown!r}", flush=True)
     if report.failed:
         for entry in report.failed:
             print(f"FAILED {entry.name}: {entry.error} (see {entry.output})", file=sys.stderr)
@@ -125,6 +144,13 @@ def _write_rows(rows: list[dict], fmt: str, out: TextIO, columns: list[str] | No
 def _cmd_results(args: argparse.Namespace) -> int:
     from . import paths, results
 
+    if args.check:
+        problems = results.check_store()
+        for line in problems:
+            print(f"problem: {line}")
+        print(f"{len(problems)} problem(s) in {paths.results_dir()}" if problems else
+              f"the store at {paths.results_dir()} is valid: {len(results.list_runs())} run(s)")
+        return 1 if problems else 0
     if args.runs:
         runs = results.list_runs() if not args.runs_selected else [results.load_run(r) for r in args.runs_selected]
         rows = [
@@ -149,12 +175,29 @@ def _cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "build": _cmd_build, "results": _cmd_results}
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import compare_runs, render
+
+    header, rows = compare_runs(args.run_a, args.run_b, args.study)
+    sys.stdout.write(render(header, rows, args.format))
+    return min(sum(1 for r in rows if r.regression), 125)
+
+
+COMMANDS = {"run": _cmd_run, "build": _cmd_build, "results": _cmd_results, "compare": _cmd_compare}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``kernelbook`` and ``python -m kernelbook``; returns the exit status."""
     args = _parser().parse_args(argv)
+    import warnings
+
+    from .results import StoreWarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show  # a skipped damaged file is one plain line, not a Python warning dump
+    warnings.simplefilter("always", StoreWarning)
     try:
         return COMMANDS[args.command](args)
     except KernelbookError as exc:

@@ -1,7 +1,16 @@
-"""Errors that say what went wrong and how to fix it.
+"""Errors that say what went wrong and how to fix it, one class per kind of failure.
 
 Every error raised on purpose by kernelbook is a ``KernelbookError``; its message ends with a
-``Fix:`` sentence so that a reader of a notebook traceback knows the next step.
+``Fix:`` sentence so that a reader of a notebook traceback knows the next step. The kinds:
+
+- ``ParameterError``   a parameter's name or value is not accepted (``batch_sizes='abc'``)
+- ``ShapeError``       an array's shape or dtype is not accepted (``x`` is 3-D)
+- ``LaunchLimitError`` a launch the GPU cannot make (block z > 64, too much shared memory)
+- ``StepError``        an unknown step or study name
+- ``DataError``        a missing or malformed data or weights file
+- ``CompileError``     nvcc or NVRTC refused a kernel
+- ``ResultsError``     a missing, malformed or inconsistent results file
+- ``GPUUnavailable``   a CUDA GPU is needed and none can be used here
 """
 
 
@@ -14,19 +23,34 @@ class KernelbookError(Exception):
         super().__init__(f"{message} Fix: {fix}")
 
 
+class ParameterError(KernelbookError, ValueError):
+    """A parameter name or value outside what a step (or a notebook) accepts."""
+
+
 class ShapeError(KernelbookError, ValueError):
-    """A shape or parameter outside what a kernel (or the network) accepts."""
+    """An array shape, dtype or layout outside what a kernel (or the network) accepts."""
 
 
-class VariantError(KernelbookError, KeyError):
-    """An unknown kernel variant or study."""
+class LaunchLimitError(ParameterError):
+    """A launch configuration no GPU (or not this GPU) can run."""
+
+
+class StepError(KernelbookError, KeyError):
+    """An unknown step (variant) or study."""
 
     def __str__(self) -> str:  # KeyError would quote the message otherwise
         return self.args[0]
 
 
+VariantError = StepError  # the name the first LeNet chapters used
+
+
 class DataError(KernelbookError, FileNotFoundError):
     """A missing or malformed data or weights file."""
+
+
+class CompileError(KernelbookError, RuntimeError):
+    """A kernel did not compile (nvcc or NVRTC); the message holds the compiler's words."""
 
 
 class ResultsError(KernelbookError, ValueError):
@@ -34,4 +58,4 @@ class ResultsError(KernelbookError, ValueError):
 
 
 class GPUUnavailable(KernelbookError, RuntimeError):
-    """Measurement was requested but no CUDA GPU can be used here."""
+    """A CUDA GPU is needed and none can be used here."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import paths
-from .errors import DataError, ShapeError
+from .errors import CompileError, DataError, ParameterError
 
 NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
@@ -26,7 +26,7 @@ def source_path(relpath: str) -> Path:
     """``relpath`` is relative to ``kernels/`` (e.g. ``lenet/00_baseline.cu``)."""
     path = paths.kernels_dir() / relpath
     if not path.is_file():
-        raise DataError(f"Kernel source {path} does not exist.", "check the variant's `source` in its registry entry.")
+        raise DataError(f"Kernel source {path} does not exist.", "check the file stem in the study's step list (steps.py).")
     return path
 
 
@@ -35,11 +35,11 @@ def define_options(defines: Mapping[str, object]) -> tuple[str, ...]:
     options = []
     for name, value in sorted(defines.items()):
         if not NAME_RE.match(name):
-            raise ShapeError(f"{name!r} is not a compile-time parameter name.", "use UPPER_CASE names such as TILE_WIDTH.")
+            raise ParameterError(f"{name!r} is not a compile-time parameter name.", "use UPPER_CASE names such as TILE_WIDTH.")
         if isinstance(value, bool):
             value = int(value)
         if not isinstance(value, (int, float, str)):
-            raise ShapeError(f"Compile-time parameter {name}={value!r} is not a number.", "pass integers (or floats).")
+            raise ParameterError(f"Compile-time parameter {name}={value!r} is not a number.", "pass integers (or floats).")
         options.append(f"-D{name}={value}")
     return tuple(options)
 
@@ -53,7 +53,11 @@ def _module(relpath: str, options: tuple[str, ...]):
     src = source_path(relpath)
     # -I lets a step #include the previous step's file instead of repeating its kernel.
     module = cp.RawModule(code=src.read_text(), options=("--std=c++17", f"-I{src.parent}") + options)
-    module.compile()  # compile now, never inside a timed region
+    try:
+        module.compile()  # compile now, never inside a timed region
+    except cp.cuda.compiler.CompileException as exc:
+        raise CompileError(f"NVRTC could not compile kernels/{relpath} with {' '.join(options) or 'no options'}:\n"
+                           f"{str(exc).strip()[-2000:]}", "fix the compile error shown above.") from exc
     return module
 
 
@@ -127,9 +131,40 @@ def compile_cubin(relpath: str, defines: Mapping[str, object] | None = None, arc
     """Compile with nvcc to a cubin (no GPU needed) and return it with the ptxas report."""
     src = source_path(relpath)
     out = Path(out) if out else Path(tempfile.mkdtemp(prefix="kernelbook-")) / (src.stem + ".cubin")
-    cmd = [nvcc_path(), f"-arch={arch}", "-cubin", "-std=c++17", "-Xptxas", "-v",
+    target = ([f"-gencode=arch=compute_{arch[3:]},code={arch}"] if arch.endswith("a") else [f"-arch={arch}"])
+    cmd = [nvcc_path(), *target, "-cubin", "-std=c++17", "-Xptxas", "-v",
            *define_options(defines or {}), "-o", str(out), str(src)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
-        raise DataError(f"nvcc failed on {src}:\n{proc.stderr.strip()}", "fix the compile error shown above.")
+        raise CompileError(f"nvcc failed on {src}:\n{proc.stderr.strip()}", "fix the compile error shown above.")
     return out, parse_ptxas(proc.stderr + proc.stdout)
+
+
+# ----------------------------------------------------------------------------- constant banks
+
+_BANK_USERS: dict = {}  # (module id, symbol) -> (stream of the last upload, device pointer uploaded)
+
+
+def upload_constant(module, symbol: str, src, nbytes: int, stream=None) -> None:
+    """Copy ``nbytes`` from the device array ``src`` into the module's ``__constant__ symbol``,
+    ordered on ``stream`` before the launch that reads it.
+
+    A module's constant memory is one bank shared by every launch of that module. Launches on
+    one stream are ordered, so they are safe; a launch on *another* stream with *other* weights
+    while the last user's stream is still busy would overwrite weights that a running kernel
+    reads. That case is refused with a clear error instead of computing garbage.
+    """
+    import cupy as cp
+
+    stream = stream or cp.cuda.get_current_stream()
+    key = (id(module), symbol)
+    last = _BANK_USERS.get(key)
+    if last is not None and last[0] is not stream and last[0].ptr != stream.ptr and last[1] != src.data.ptr:
+        if not last[0].done:
+            raise ParameterError(
+                f"The kernel keeps its weights in module-level constant memory ({symbol}), and a launch with other "
+                "weights on another stream may still be reading them.",
+                "synchronise the other stream before launching on this one, or launch both on one stream; steps "
+                "that read the weights from global memory have no such limit.")
+    module.get_global(symbol).copy_from_device_async(src.data, nbytes, stream)
+    _BANK_USERS[key] = (stream, src.data.ptr)

@@ -1,4 +1,5 @@
-"""Timing with CUDA events: warm-up first, then repeats; raw samples kept, median reported.
+"""Timing with CUDA events or CUDA-graph replays: warm-up first, then repeats; raw samples kept,
+median reported, host time beside device time.
 
 Like ``cupyx.profiler.benchmark``, measuring returns a value (``Measured``) that holds every
 sample; formatting and plotting are someone else's job. Compilation never lands inside a timed
@@ -8,10 +9,20 @@ module loading and first-launch costs.
 
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import ShapeError
+from .errors import ParameterError
+
+#: How a number was timed, in words a table footnote can show.
+TIMING_WORDS = {
+    "cuda-graph": "CUDA-graph replay (one replay per sample, CUDA events around it)",
+    "events": "CUDA events around each call",
+    "host-bound": "CUDA events around a host-driven loop (launch overhead included)",
+    "torch-events": "CUDA events around each PyTorch call",
+}
 
 
 @dataclass
@@ -49,19 +60,22 @@ class Measured:
 
 
 def check_repeats(repeats: int, warmup: int) -> None:
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ShapeError(f"repeats={repeats!r} must be a positive integer.", "pass repeats >= 1 (e.g. 10).")
-    if not isinstance(warmup, int) or warmup < 0:
-        raise ShapeError(f"warmup={warmup!r} must be an integer >= 0.", "pass warmup >= 0 (e.g. 2).")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ParameterError(f"repeats={repeats!r} must be a positive integer.", "pass repeats >= 1 (e.g. repeats=10).")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ParameterError(f"warmup={warmup!r} must be an integer >= 0.", "pass warmup >= 0 (e.g. warmup=2).")
 
 
 def time_gpu(fn: Callable[[], object], repeats: int = 10, warmup: int = 2, stream=None,
-             graph: bool = False) -> Measured:
+             graph: bool = False, timing: str = "events") -> Measured:
     """Time ``fn`` (which enqueues GPU work on ``stream``) with CUDA events, in milliseconds.
 
     Each repeat is bracketed by its own pair of events and synchronised, so one sample is one
     complete execution of ``fn`` including any host work inside it (copies from pageable memory
-    are synchronous anyway); the median of the samples is what the book reports.
+    are synchronous anyway); the median of the samples is what the book reports. The host's wall
+    time of each repeat (launch to synchronised) is kept beside it as ``host_ms`` (its median).
+    ``timing`` names how the samples were taken (a key of ``TIMING_WORDS``); with ``graph`` the
+    launches are captured once and replayed, and ``timing`` becomes ``cuda-graph``.
     """
     import cupy as cp
 
@@ -76,15 +90,17 @@ def time_gpu(fn: Callable[[], object], repeats: int = 10, warmup: int = 2, strea
     for _ in range(warmup):
         fn()
     stream.synchronize()
-    samples = []
+    samples, host = [], []
     start, stop = cp.cuda.Event(), cp.cuda.Event()
     for _ in range(repeats):
+        began = time.perf_counter()
         start.record(stream)
         fn()
         stop.record(stream)
         stop.synchronize()
+        host.append((time.perf_counter() - began) * 1e3)
         samples.append(float(cp.cuda.get_elapsed_time(start, stop)))
-    return Measured(samples, unit="ms", extra={"timing": "events"})
+    return Measured(samples, unit="ms", extra={"timing": timing, "host_ms": statistics.median(host)})
 
 
 def _capture(fn: Callable[[], object], warmup: int):

@@ -1,42 +1,23 @@
-"""Figures for the book. Every figure states where its numbers come from (measured or replayed)."""
+"""Figures for any study. Every figure carries a short provenance tag (measured or replayed,
+device, date, commit, run); colours are the Okabe–Ito palette, distinguishable with every common
+colour-vision deficiency, and figures are drawn at 2x resolution for sharp pages."""
 
 from __future__ import annotations
 
+import matplotlib
 import matplotlib.pyplot as plt
 
-from .report import reported, throughput
+from .report import throughput
 
-LAYER_COLORS = {"C1": "tab:blue", "C3": "tab:orange"}
+matplotlib.rcParams["figure.dpi"] = 110
+matplotlib.rcParams["savefig.dpi"] = 220
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+CASE_COLORS = {"C1": PALETTE[0], "C3": PALETTE[1]}
 
 
 def _provenance(ax, chapter) -> None:
-    ax.text(0.0, -0.16, chapter.session.short_label, transform=ax.transAxes, fontsize=8,
-            color="0.35" if chapter.session.measuring else "tab:red", va="top")
-
-
-def op_time_vs_batch(chapter, step: str | None = None):
-    """Op time against batch size per layer (log-log), with the seeds' reports as dashed lines."""
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    frame = throughput(chapter)
-    for layer, group in frame.groupby("layer"):
-        group = group.sort_values("batch")
-        ax.plot(group["batch"], group["op_time_ms"], "o-", color=LAYER_COLORS.get(layer),
-                label=f"{layer} ({chapter.variant}, this book)")
-    seeds = reported(step or chapter.variant)
-    for (seed, gpu, what), group in seeds.groupby(["seed", "gpu", "seed_label"]):
-        for layer, column in (("C1", "op_time_1_ms"), ("C3", "op_time_2_ms")):
-            ax.plot(group["batch"], group[column], "x--", color=LAYER_COLORS[layer], alpha=0.5,
-                    label=f"{layer} reported, {seed[:3]} ({gpu}, {what})")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("batch size (images)")
-    ax.set_ylabel("op time (ms, median)")
-    ax.set_title(f"{chapter.variant}: op time against batch size")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
-    _provenance(ax, chapter)
-    fig.tight_layout()
-    return fig
+    ax.text(0.0, -0.16, chapter.recording.short_label, transform=ax.transAxes, fontsize=8,
+            color="0.35" if chapter.session.measuring else "#D55E00", va="top")
 
 
 def _bars(ax, groups: dict, batches: list, layer: str, column: str) -> None:
@@ -44,22 +25,23 @@ def _bars(ax, groups: dict, batches: list, layer: str, column: str) -> None:
     for i, (name, frame) in enumerate(groups.items()):
         rows = frame[frame["layer"] == layer].set_index("batch")
         values = [rows[column].get(b, float("nan")) for b in batches]
-        ax.bar([j + i * width for j in range(len(batches))], values, width, label=name)
+        ax.bar([j + i * width for j in range(len(batches))], values, width, label=name, color=PALETTE[i % len(PALETTE)])
     ax.set_xticks([j + width * (len(groups) - 1) / 2 for j in range(len(batches))], [str(b) for b in batches])
 
 
 def step_deltas(steps: dict):
-    """Op time, GFLOP/s and GB/s per layer and batch: baseline, previous step and this step.
+    """Time, GFLOP/s and GB/s per case and size: baseline, previous step and this step.
 
-    ``steps`` maps a role ("baseline: ...", "this step: ...") to a ChapterResult; a step that
-    failed its check has no timings and shows no bar.
+    ``steps`` maps a role ("baseline: …", "this step: …") to a Chapter; a step that failed its
+    check has no timings and shows no bar.
     """
     groups = {name: throughput(ch) for name, ch in steps.items() if ch.correct}
     current = list(steps.values())[-1]
+    cases = current.study.cases
     batches = sorted({b for f in groups.values() for b in f.get("batch", [])})
-    fig, axes = plt.subplots(2, 3, figsize=(12, 6.4), squeeze=False)
-    columns = (("op_time_ms", "op time (ms, log)"), ("gflops", "GFLOP/s"), ("gbytes_per_s", "GB/s (fewest bytes)"))
-    for row, layer in enumerate(("C1", "C3")):
+    fig, axes = plt.subplots(len(cases), 3, figsize=(12, 3.2 * len(cases)), squeeze=False)
+    columns = (("op_time_ms", "time (ms, log)"), ("gflops", "GFLOP/s"), ("gbytes_per_s", "GB/s (fewest bytes)"))
+    for row, layer in enumerate(cases):
         for col, (column, title) in enumerate(columns):
             ax = axes[row][col]
             if groups:
@@ -67,104 +49,25 @@ def step_deltas(steps: dict):
             if column == "op_time_ms":
                 ax.set_yscale("log")
             ax.set_title(f"{layer}: {title}", fontsize=10)
-            ax.set_xlabel("batch size")
+            ax.set_xlabel(current.study.size_header.lower())
             ax.grid(True, axis="y", alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:  # one legend for the figure, below the plots: it never covers a bar
+        fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(labels), bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(f"{current.variant} against the baseline and the previous step")
-    notes = "; ".join(f"{name.split(':')[0]}: {ch.session.short_label}" for name, ch in steps.items())
-    fig.text(0.01, 0.005, notes, fontsize=7, color="0.35" if current.session.measuring else "tab:red")
-    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
-    return fig
-
-
-def sweep_heatmaps(grid, batch: int | None = None):
-    """Op time of every configuration per layer: block shape (rows) x coarsening/images (columns)."""
-    import numpy as np
-
-    frame = grid.frame()
-    metric = grid.parameters["metric"]
-    frame = frame[frame["metric"] == metric]
-    batch = batch or int(frame["batch"].max())
-    frame = frame[frame["batch"] == batch].copy()
-    frame["block"] = frame["tile_w"].astype(str) + "×" + frame["tile_h"].astype(str)
-    frame["work"] = "out/thread " + frame["out_per_thread"].astype(str) + ", imgs " + frame["imgs_per_block"].astype(str)
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
-    for ax, layer in zip(axes, ("C1", "C3")):
-        sub = frame[frame["layer"] == layer]
-        table = sub.pivot_table(index="block", columns="work", values="value", aggfunc="first")
-        order = sorted(table.index, key=lambda s: tuple(int(v) for v in s.split("×")))
-        table = table.reindex(order)
-        data = table.to_numpy(dtype=float)
-        image = ax.imshow(np.log10(data), cmap="viridis_r", aspect="auto")
-        ax.set_xticks(range(len(table.columns)), table.columns, rotation=60, ha="right", fontsize=7)
-        ax.set_yticks(range(len(table.index)), table.index, fontsize=8)
-        for (i, j), value in np.ndenumerate(data):
-            ax.text(j, i, "–" if np.isnan(value) else f"{value:.3g}", ha="center", va="center", fontsize=6,
-                    color="white")
-        if np.isfinite(data).any():
-            i, j = np.unravel_index(np.nanargmin(data), data.shape)
-            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
-        ax.set_title(f"{layer}: op time (ms) at batch {batch}; red = fastest, – = refused or failed", fontsize=9)
-        fig.colorbar(image, ax=ax, label="log10 ms")
-    fig.text(0.01, 0.005, grid.session.short_label, fontsize=7,
-             color="0.35" if grid.session.measuring else "tab:red")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    return fig
-
-
-def streams_sweep(grid):
-    """Layer time against the number of streams, pinned and pageable, per layer and batch."""
-    frame = grid.frame()
-    frame = frame[frame["metric"] == "layer_time_ms"]
-    batches = sorted(frame["batch"].unique())
-    fig, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches), 3.8), squeeze=False)
-    for ax, batch in zip(axes[0], batches):
-        sub = frame[frame["batch"] == batch]
-        for (layer, memory), group in sub.groupby(["layer", "host_memory"]):
-            group = group.sort_values("n_streams")
-            ax.plot(group["n_streams"], group["value"], "o-" if memory == "pinned" else "s--",
-                    color=LAYER_COLORS[layer], label=f"{layer}, {memory}")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("streams")
-        ax.set_ylabel("layer time (ms)")
-        ax.set_title(f"batch {batch}", fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.text(0.01, 0.005, grid.session.short_label, fontsize=7,
-             color="0.35" if grid.session.measuring else "tab:red")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return fig
-
-
-def timeline(grid, layer: str):
-    """Per-stream timeline of copies and kernels from the recorded CUDA events."""
-    rows = [t for t in grid.extra.get("timelines", []) if t["layer"] == layer]
-    colors = {"H2D": "tab:green", "kernel": "tab:blue", "D2H": "tab:red"}
-    fig, axes = plt.subplots(len(rows), 1, figsize=(11, 1.0 + 0.45 * sum(
-        1 + max(e["stream"] for e in r["events"]) for r in rows)), squeeze=False)
-    for ax, row in zip(axes[:, 0], rows):
-        for event in row["events"]:
-            ax.broken_barh([(event["start_ms"], event["end_ms"] - event["start_ms"])],
-                           (event["stream"] - 0.4, 0.8), facecolors=colors[event["kind"]])
-        n = 1 + max(e["stream"] for e in row["events"])
-        ax.set_yticks(range(n), [f"stream {s}" for s in range(n)], fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel("ms since the first copy was enqueued")
-        end = max(e["end_ms"] for e in row["events"])
-        ax.set_title(f"{layer}, batch {row['batch']}: {row['config_label']} — {end:.1f} ms", fontsize=9)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
-    axes[0][0].legend(handles, list(colors), fontsize=7, loc="upper right")
-    fig.text(0.01, 0.005, grid.session.short_label, fontsize=7,
-             color="0.35" if grid.session.measuring else "tab:red")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.text(0.01, 0.045, current.recording.short_label, fontsize=7,
+             color="0.35" if current.session.measuring else "#D55E00")
+    fig.tight_layout(rect=(0, 0.07, 1, 0.97))
     return fig
 
 
 def time_per_image(steps: dict):
     """Op time per image against batch size: fixed costs show as lines falling with the batch."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for ax, layer in zip(axes, ("C1", "C3")):
+    cases = list(steps.values())[-1].study.cases
+    fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases), 3.8), squeeze=False)
+    axes = axes[0]
+    current = list(steps.values())[-1]
+    for ax, layer in zip(axes, current.study.cases):
         for name, chapter in steps.items():
             if not chapter.correct:
                 continue
@@ -178,7 +81,8 @@ def time_per_image(steps: dict):
         ax.set_title(layer)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=7)
-    current = list(steps.values())[-1]
     _provenance(axes[0], current)
     fig.tight_layout()
     return fig
+
+

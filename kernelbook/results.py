@@ -26,12 +26,15 @@ import json
 import os
 import re
 import secrets
+import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from . import paths
+from .atomic import is_temporary, write_json_atomic  # noqa: F401  (write_json_atomic is re-exported)
 from .errors import ResultsError
 from .measure import Measured
 
@@ -39,27 +42,11 @@ SCHEMA_VERSION = 1
 RUN_ID_PATTERN = re.compile(r"^\d{8}T\d{4}Z-[0-9a-z]+$")
 PART_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 RECORD_KEYS = ("study", "variant", "layer", "batch", "metric", "value")
+TEMP_DIR_SUFFIX = ".tmp-run"
 MANIFEST_KEYS = ("schema", "run_id", "created_utc", "device", "commit", "host")
 
 
 # ----------------------------------------------------------------------------- atomic I/O
-
-
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write JSON so that readers see the old file or the whole new one, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=1, sort_keys=True, allow_nan=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_json(path: Path) -> Any:
@@ -72,10 +59,8 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ResultsError(
-            f"Results file {path} is not valid JSON ({exc}).",
-            f"restore it with `git checkout -- {path}` or delete its run folder {path.parent}.",
-        ) from exc
+        what = "is empty" if path.stat().st_size == 0 else f"is not valid JSON ({exc})"
+        raise _bad(path, what) from exc
 
 
 # ----------------------------------------------------------------------------- run ids
@@ -98,10 +83,16 @@ def validate_run_id(run_id: str) -> str:
 # ----------------------------------------------------------------------------- validation
 
 
+def _run_folder(path: Path) -> Path:
+    path = Path(path)
+    return path.parent.parent if path.parent.name == "parts" else path.parent
+
+
 def _bad(path: Path, what: str) -> ResultsError:
     return ResultsError(
-        f"Results file {path} is malformed: {what}.",
-        f"restore it with `git checkout -- {path}` or delete its run folder {path.parent.parent if path.parent.name == 'parts' else path.parent}.",
+        f"Results file {path} {what}." if what.startswith(("is ", "does ")) else f"Results file {path} is malformed: {what}.",
+        f"restore it with `git checkout -- {path}`, or move its run folder {_run_folder(path)} out of "
+        f"{_run_folder(path).parent} if it cannot be restored (`kernelbook results --check` lists every problem).",
     )
 
 
@@ -124,14 +115,20 @@ def validate_record(record: Any, path: Path, index: int) -> dict:
     missing = [key for key in RECORD_KEYS if key not in record]
     if missing:
         raise _bad(path, f"record {index} lacks {', '.join(missing)}")
+    if not isinstance(record["metric"], str) or not record["metric"]:
+        raise _bad(path, f"record {index} has metric {record['metric']!r} (a non-empty string)")
+    if not isinstance(record["study"], str) or not isinstance(record["variant"], str):
+        raise _bad(path, f"record {index} needs string 'study' and 'variant'")
     value = record["value"]
-    if value is not None and not isinstance(value, (int, float)):
+    if isinstance(value, bool) or (value is not None and not isinstance(value, (int, float))):
         raise _bad(path, f"record {index} has a non-numeric value {value!r}")
     batch = record["batch"]
     if batch is not None and (not isinstance(batch, int) or batch <= 0):
         raise _bad(path, f"record {index} has batch {batch!r} (a positive integer or null)")
     samples = record.get("samples")
-    if samples is not None and not all(isinstance(s, (int, float)) for s in samples):
+    if samples is not None and not isinstance(samples, list):
+        raise _bad(path, f"record {index} has samples {samples!r} (a list of numbers)")
+    if samples is not None and not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in samples):
         raise _bad(path, f"record {index} has non-numeric samples")
     return record
 
@@ -139,13 +136,17 @@ def validate_record(record: Any, path: Path, index: int) -> dict:
 def validate_part(part: Any, path: Path) -> dict:
     if not isinstance(part, dict):
         raise _bad(path, "the part is not a JSON object")
-    for key in ("schema", "run_id", "name", "study", "mode", "records"):
+    for key in ("schema", "run_id", "name", "study", "mode", "records", "checks"):
         if key not in part:
             raise _bad(path, f"missing key {key!r}")
     if part["schema"] != SCHEMA_VERSION:
         raise _bad(path, f"schema {part['schema']!r}, this code reads {SCHEMA_VERSION}")
     if not isinstance(part["records"], list):
         raise _bad(path, "'records' must be a list")
+    if not isinstance(part.get("checks"), list):
+        raise _bad(path, "'checks' must be a list (empty when nothing was checked)")
+    if not isinstance(part.get("extra", {}), dict) or not isinstance(part.get("parameters", {}), dict):
+        raise _bad(path, "'extra' and 'parameters' must be objects")
     for index, record in enumerate(part["records"]):
         validate_record(record, path, index)
     return part
@@ -183,7 +184,7 @@ class Run:
 
     def part_names(self) -> list[str]:
         folder = self.root / "parts"
-        return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+        return sorted(p.stem for p in folder.glob("*.json") if not is_temporary(p)) if folder.is_dir() else []
 
     def has_part(self, name: str) -> bool:
         return self.part_path(name).is_file()
@@ -224,17 +225,39 @@ def utc_now() -> str:
 
 
 def create_run(manifest_fields: dict, run_id: str | None = None, root: Path | None = None) -> Run:
-    """Create (or reopen, for a batch whose notebooks share one run id) a run folder."""
+    """Create (or reopen, for a batch whose notebooks share one run id) a run folder.
+
+    The folder appears whole: it is built under a temporary name (manifest and ``parts/``) and
+    renamed into place, so no reader ever finds a run without its manifest. When two processes
+    create the same run at once, the second one's rename fails and it opens the first one's.
+    """
     root = Path(root) if root else paths.results_dir()
     run_id = validate_run_id(run_id) if run_id else new_run_id()
     folder = root / run_id
-    manifest_path = folder / "manifest.json"
-    if manifest_path.is_file():
+    if (folder / "manifest.json").is_file():
         return load_run(run_id, root)
+    if folder.exists():
+        raise ResultsError(f"{folder} exists but holds no manifest.json.",
+                           f"move {folder} out of {root} (it is no complete run), then run again.")
     manifest = {"schema": SCHEMA_VERSION, "run_id": run_id, "created_utc": utc_now()}
     manifest.update(manifest_fields)
-    validate_manifest(manifest, manifest_path)
-    write_json_atomic(manifest_path, manifest)
+    validate_manifest(manifest, folder / "manifest.json")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=f".{run_id}.", suffix=TEMP_DIR_SUFFIX, dir=root))
+    except OSError as exc:
+        raise ResultsError(f"Cannot create a run under {root} ({exc.strerror or exc}).",
+                           "make the results folder writable, or point KERNELBOOK_RESULTS_DIR at one that is.") from exc
+    try:
+        os.chmod(building, 0o755)
+        (building / "parts").mkdir()
+        write_json_atomic(building / "manifest.json", manifest)
+        os.rename(building, folder)
+    except OSError:
+        shutil.rmtree(building, ignore_errors=True)
+        if (folder / "manifest.json").is_file():  # another process created it first
+            return load_run(run_id, root)
+        raise
     return Run(run_id, folder, manifest)
 
 
@@ -248,23 +271,65 @@ def load_run(run_id: str, root: Path | None = None) -> Run:
             f"No recorded run {run_id} under {root}.",
             "list the recorded runs with `kernelbook results --runs`.",
         )
+    if not manifest_path.is_file():
+        raise _bad(manifest_path, "does not exist (the run folder has no manifest)")
     manifest = validate_manifest(read_json(manifest_path), manifest_path)
     if manifest["run_id"] != run_id:
         raise _bad(manifest_path, f"run_id {manifest['run_id']!r} does not match its folder")
     return Run(run_id, folder, manifest)
 
 
-def list_runs(root: Path | None = None) -> list[Run]:
-    """Every recorded run, oldest first. Folders that are not run ids are ignored."""
-    root = Path(root) if root else paths.results_dir()
+def _run_candidates(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
-    return [load_run(p.name, root) for p in sorted(root.iterdir()) if RUN_ID_PATTERN.match(p.name)]
+    return [p for p in sorted(root.iterdir()) if RUN_ID_PATTERN.match(p.name)]
+
+
+def list_runs(root: Path | None = None, strict: bool = False) -> list[Run]:
+    """Every readable recorded run, oldest first.
+
+    A malformed run (no manifest, a broken one, a stray file named like a run id) is skipped
+    with a warning that names it and the fix, so that one damaged run never hides the others;
+    ``strict`` raises instead.
+    """
+    root = Path(root) if root else paths.results_dir()
+    runs = []
+    for path in _run_candidates(root):
+        try:
+            if not path.is_dir():
+                raise ResultsError(f"{path} is a file named like a run, not a run folder.",
+                                   f"move it out of {root}.")
+            runs.append(load_run(path.name, root))
+        except ResultsError as exc:
+            if strict:
+                raise
+            warnings.warn(f"skipping run {path.name}: {exc}", StoreWarning, stacklevel=2)
+    return runs
+
+
+class StoreWarning(UserWarning):
+    """A damaged file in the results store that was skipped."""
+
+
+def readable_part(run: Run, name: str) -> dict | None:
+    """The part ``name`` of ``run`` when it exists and is valid; a damaged one warns and gives None."""
+    if not run.has_part(name):
+        return None
+    try:
+        return run.read_part(name)
+    except ResultsError as exc:
+        warnings.warn(f"skipping {name} of run {run.run_id}: {exc}", StoreWarning, stacklevel=2)
+        return None
+
+
+def runs_with(part_name: str, root: Path | None = None) -> list[Run]:
+    """The readable runs whose part ``part_name`` is valid, oldest first."""
+    return [run for run in list_runs(root) if readable_part(run, part_name) is not None]
 
 
 def newest_run_with(part_name: str, root: Path | None = None) -> Run:
-    """The newest recorded run that holds ``part_name``: what a notebook replays."""
-    runs = [run for run in list_runs(root) if run.has_part(part_name)]
+    """The newest recorded run that holds a valid ``part_name``: what a notebook replays."""
+    runs = runs_with(part_name, root)
     if not runs:
         where = Path(root) if root else paths.results_dir()
         raise ResultsError(
@@ -278,17 +343,43 @@ def newest_run_with(part_name: str, root: Path | None = None) -> Run:
 def run_with(part_name: str, prefer_run: str | None = None, root: Path | None = None) -> Run | None:
     """The run to read ``part_name`` from: ``prefer_run`` when it exists and holds it (so a page
     compares like with like), else the newest run that holds it; None when no run does."""
-    if prefer_run:
-        try:
+    if prefer_run and RUN_ID_PATTERN.match(prefer_run):
+        folder = (Path(root) if root else paths.results_dir()) / prefer_run
+        if folder.is_dir():  # e.g. the id a replayed batch was given: nothing was written under it
             run = load_run(prefer_run, root)
-        except ResultsError:
-            run = None  # e.g. the id a replayed batch was given: nothing was written under it
-        if run is not None and run.has_part(part_name):
-            return run
-    try:
-        return newest_run_with(part_name, root)
-    except ResultsError:
-        return None
+            if readable_part(run, part_name) is not None:
+                return run
+    runs = runs_with(part_name, root)
+    return runs[-1] if runs else None
+
+
+def check_store(root: Path | None = None) -> list[str]:
+    """Every problem in the store, one line each (empty: all runs and parts are valid)."""
+    root = Path(root) if root else paths.results_dir()
+    problems = []
+    if not root.is_dir():
+        return problems
+    for path in sorted(root.iterdir()):
+        if is_temporary(path) or path.name.endswith(TEMP_DIR_SUFFIX):
+            problems.append(f"{path}: left over from an interrupted write (safe to delete)")
+            continue
+        if not RUN_ID_PATTERN.match(path.name):
+            continue
+        try:
+            if not path.is_dir():
+                raise ResultsError(f"{path} is a file named like a run, not a run folder.", f"move it out of {root}.")
+            run = load_run(path.name, root)
+        except ResultsError as exc:
+            problems.append(str(exc))
+            continue
+        for leftover in (run.root / "parts").glob(".*"):
+            problems.append(f"{leftover}: left over from an interrupted write (safe to delete)")
+        for name in run.part_names():
+            try:
+                run.read_part(name)
+            except ResultsError as exc:
+                problems.append(str(exc))
+    return problems
 
 
 # ----------------------------------------------------------------------------- reading
@@ -299,7 +390,9 @@ def iter_records(run_ids: Iterable[str] | None = None, root: Path | None = None)
     runs = list_runs(root) if run_ids is None else [load_run(r, root) for r in run_ids]
     for run in runs:
         for name in run.part_names():
-            part = run.read_part(name)
+            part = readable_part(run, name)
+            if part is None:
+                continue
             for record in part["records"]:
                 flat = {"run_id": run.run_id, "device": run.device, "part": name}
                 flat.update({k: v for k, v in record.items() if k != "samples"})
@@ -339,3 +432,18 @@ def record(
         rec["value"] = None if value is None else float(value)
     rec.update(extra)
     return rec
+
+
+def part_name(owner: str, *qualifiers: str) -> str:
+    """The one naming rule for recorded parts: ``owner[-qualifier...]``.
+
+    ``part_name("lenet", "tiled")`` is a chapter, ``part_name("lenet", "tiled", "ncu")`` its Nsight
+    Compute evidence, ``part_name("lenet", "tiled", "compiler")`` its compiler report,
+    ``part_name("lenet", "sweep", "grid")`` a parameter grid, ``part_name("lenet", "cudnn")`` a
+    vendor library, ``part_name("lenet", "sanitizer")`` the sanitizer and
+    ``part_name("device", "ceilings")`` the device's measured ceilings.
+    """
+    name = "-".join((owner,) + tuple(q for q in qualifiers if q))
+    if not PART_NAME_PATTERN.match(name):
+        raise ResultsError(f"{name!r} is not a valid part name.", "use letters, digits, '.', '_' and '-'.")
+    return name

@@ -1,18 +1,27 @@
-"""A notebook's session: measure now on a GPU, or replay the newest recorded run.
+"""Measure now on a GPU, or replay the recording: the one primitive every page uses.
 
-Every table and figure carries ``session.label``, so a replayed number always says where and
-when it was measured, and is never presented as fresh.
+``recorded(part, ...)`` is how a chapter, a parameter grid, the compiler report, Nsight Compute,
+the device ceilings, a vendor library and the sanitizer all get their numbers. It returns one
+shape, a ``Recording``: the records, the checks, the extra data, the parameters they were made
+with and the ``Session`` that says *measured now* or *replayed*, with device, date, commit and
+run. A replayed number is never presented as fresh, and a value the reader asked for that the
+recording does not hold is never dropped in silence: it is listed in ``mismatches`` and shown.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from . import gpu, provenance, results
-from .errors import GPUUnavailable, ShapeError
+from .errors import GPUUnavailable, ParameterError, ResultsError
 
 MODES = ("auto", "measure", "replay")
+#: Where ``recorded`` appends what a batch must report (set per notebook by ``kernelbook run``).
+NOTES_ENV = "KERNELBOOK_NOTES_FILE"
+NOT_RECORDED = "not recorded yet"
 
 
 @dataclass
@@ -29,67 +38,190 @@ class Session:
         return self.mode == "measure"
 
     @property
+    def date(self) -> str:
+        return self.run.created_utc.replace("T", " ").replace("Z", " UTC")
+
+    @property
     def provenance(self) -> str:
-        date = self.run.created_utc.replace("T", " ").replace("Z", " UTC")
-        return f"{self.run.device}, {date}, commit {self.run.commit}, run {self.run.run_id}"
+        return f"{self.run.device}, {self.date}, commit {self.run.commit}, run {self.run.run_id}"
 
     @property
     def label(self) -> str:
-        """One line for captions: measured now, or replayed (and why)."""
+        """One line: measured now, or replayed (and why)."""
         if self.measuring:
             return f"Measured now: {self.provenance}."
         return f"Replayed recording (not measured now; {self.reason}): {self.provenance}."
 
     @property
     def short_label(self) -> str:
-        """Fits under a plot title."""
-        kind = "measured now" if self.measuring else "REPLAYED"
-        date = self.run.created_utc[:10]
-        return f"{kind}: {self.run.device}, {date}, {self.run.commit}"
+        """A tag for captions and under plot titles."""
+        kind = "measured now" if self.measuring else "replayed"
+        return f"{kind}: {self.run.device}, {self.run.created_utc[:10]}, {self.run.commit}, run {self.run.run_id}"
 
     def _repr_markdown_(self) -> str:
-        icon = "Measured" if self.measuring else "Replayed"
-        return f"**{icon}.** {self.label}"
+        return f"**{'Measured' if self.measuring else 'Replayed'}.** {self.label}"
+
+
+@dataclass
+class Recording:
+    """What ``recorded`` returns, measured or replayed (``session`` None: nothing recorded)."""
+
+    part: str
+    session: Session | None
+    records: list[dict] = field(default_factory=list)
+    checks: list[dict] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+    parameters: dict = field(default_factory=dict)
+    status: str = ""
+    mismatches: list[tuple[str, object, object]] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        return self.session is not None
+
+    @property
+    def measuring(self) -> bool:
+        return self.session is not None and self.session.measuring
+
+    @property
+    def label(self) -> str:
+        return self.session.label if self.session else (self.status or f"{self.part}: {NOT_RECORDED}.")
+
+    @property
+    def short_label(self) -> str:
+        return self.session.short_label if self.session else NOT_RECORDED
+
+    def warning(self) -> str:
+        """Markdown that lists each requested value the page shows a recorded one instead of."""
+        if not self.mismatches:
+            return ""
+        lines = [f"- `{name}`: you asked for `{want!r}`; the recording shows `{have!r}`"
+                 for name, want, have in self.mismatches]
+        return ("**Warning: this page replays a recording made with other values than the ones you passed.**\n\n"
+                + "\n".join(lines) + "\n\nMeasure on a CUDA GPU to see your values.")
+
+    def _repr_markdown_(self) -> str:
+        head = self.session._repr_markdown_() if self.session else f"**Not recorded.** {self.label}"
+        warning = self.warning()
+        return head + (f"\n\n{warning}" if warning else "")
+
+
+@dataclass
+class Measurement:
+    """What a ``measure`` callable hands ``recorded``: records, and optionally checks and extra."""
+
+    records: list[dict]
+    checks: list[dict] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
 
 
 def resolve_mode(mode: str) -> tuple[str, str]:
     """``auto`` becomes ``measure`` with a GPU and ``replay`` without; returns (mode, reason)."""
     mode = os.environ.get("KERNELBOOK_MODE", mode) if mode == "auto" else mode
     if mode not in MODES:
-        raise ShapeError(f"mode={mode!r} is not one of {', '.join(MODES)}.", "pass mode='auto', 'measure' or 'replay'.")
+        raise ParameterError(f"mode={mode!r} is not one of {', '.join(MODES)}.",
+                             "pass mode='auto', 'measure' or 'replay'.")
     ok, why = gpu.availability()
     if mode == "measure" and not ok:
-        raise GPUUnavailable(
-            f"mode='measure' needs a CUDA GPU, but {why}.",
-            "run on a machine with a GPU, or pass mode='replay' to show the newest recorded run.",
-        )
+        raise GPUUnavailable(f"mode='measure' needs a CUDA GPU, but {why}.",
+                             "run on a machine with a GPU, or pass mode='replay' to show the newest recorded run.")
     if mode == "auto":
         return ("measure", why) if ok else ("replay", why)
     return mode, ("replay was asked for" if mode == "replay" else why)
 
 
-def start(part: str, mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
-          parameters: dict | None = None) -> Session:
-    """Open the session of one notebook (``part`` names what it records, e.g. ``lenet-baseline``).
+def _normal(value):
+    """Compare parameters as JSON would store them (tuples are lists, keys are strings)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
 
-    ``run_id`` joins a batch's shared run when measuring; ``replay_run`` picks a recorded run
-    instead of the newest one that holds ``part``.
+
+def mismatches(requested: dict, recorded: dict) -> list[tuple[str, object, object]]:
+    """(name, requested, recorded) for every parameter both name with different values."""
+    found = []
+    for name, want in requested.items():
+        if name in recorded and _normal(want) != _normal(recorded[name]):
+            found.append((name, want, recorded[name]))
+    return found
+
+
+def _note(part: str, found: list) -> None:
+    """Tell the batch (``kernelbook run``) about shown-instead values, so its summary lists them."""
+    target = os.environ.get(NOTES_ENV)
+    if not target or not found:
+        return
+    line = json.dumps({"part": part, "mismatches": [[n, _normal(w), _normal(h)] for n, w, h in found]})
+    with open(target, "a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+
+
+def _replay_run(part: str, replay_run: str | None, prefer_run: str | None) -> results.Run | None:
+    if replay_run:
+        run = results.load_run(replay_run)  # a malformed run is an error here, never "not recorded"
+        if run.has_part(part):
+            return run
+        others = [r.run_id for r in results.runs_with(part)]
+        raise ResultsError(
+            f"Run {replay_run} holds no measurements for {part!r}"
+            + (f"; these runs do: {', '.join(others)}." if others else "; no recorded run does."),
+            (f"pass replay_run={others[-1]!r}, or leave replay_run empty for the newest." if others
+             else "record it on a CUDA machine (`kernelbook run --mode measure`)."),
+        )
+    return results.run_with(part, prefer_run)
+
+
+def recorded(part: str, study: str, measure: Callable[[], Measurement], *, parameters: dict,
+             mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
+             prefer_run: str | None = None, available: Callable[[], tuple[bool, str]] | None = None,
+             required: bool = True, compare: dict | None = None) -> Recording:
+    """Measure ``part`` now (and write it into the run) or replay its recording.
+
+    - ``mode``: ``auto`` measures where a CUDA GPU is usable, ``measure`` insists, ``replay`` never
+      measures. ``available`` (optional) says whether the tool this part needs is here (Nsight
+      Compute, PyTorch); when it is not, the part is replayed and ``status`` says why.
+    - ``run_id`` joins a batch's run when measuring; ``replay_run`` picks the run to replay (an
+      error, naming the runs that hold ``part``, if it does not); otherwise ``prefer_run`` (the
+      page's own run) when it holds the part, else the newest run that does.
+    - ``compare``: the parameters the reader asked for (default ``parameters``); those that differ
+      from the recording's are listed in ``mismatches`` and reported to the batch.
+    - ``required``: with nothing recorded, raise (a chapter) or return an empty Recording with a
+      status (evidence that is shown when present).
     """
     mode, reason = resolve_mode(mode)
+    status = ""
+    if mode == "measure" and available is not None:
+        ok, why = available()
+        if not ok:
+            mode, reason, status = "replay", why, f"Not measured now: {why}."
     if mode == "measure":
-        run = results.create_run(
-            provenance.manifest_fields(gpu.device_info(), parameters), run_id=run_id or None
-        )
-        return Session(part, "measure", run, reason)
-    if replay_run:
-        run = results.load_run(replay_run)
-        if not run.has_part(part):
-            from .errors import ResultsError
+        run = results.create_run(provenance.manifest_fields(gpu.device_info(), parameters), run_id=run_id or None)
+        got = measure()
+        run.write_part(part, study, got.records, got.checks, got.extra, parameters=parameters)
+        return Recording(part, Session(part, "measure", run, reason), got.records, got.checks, got.extra,
+                         parameters, status or "Measured now.")
+    run = _replay_run(part, replay_run, prefer_run)
+    if run is None:
+        message = f"No recorded run holds {part!r} ({NOT_RECORDED})."
+        if required:
+            raise ResultsError(message, "record one on a CUDA machine (`kernelbook run --mode measure`, or "
+                                        "scripts/device_run.sh on the device) and commit data/results/.")
+        return Recording(part, None, status=f"{status} {message}".strip())
+    stored = run.read_part(part)
+    found = mismatches(parameters if compare is None else compare, stored.get("parameters") or {})
+    _note(part, found)
+    shown = f"Replayed from run {run.run_id} ({run.device}, {run.created_utc[:10]})."
+    return Recording(part, Session(part, "replay", run, reason), stored["records"], stored.get("checks") or [],
+                     stored.get("extra") or {}, stored.get("parameters") or {}, f"{status} {shown}".strip(), found)
 
-            raise ResultsError(
-                f"Run {replay_run} holds no measurements for {part!r} (it has: {', '.join(run.part_names()) or 'none'}).",
-                "pass another replay_run, or leave it empty to use the newest run that has them.",
-            )
-    else:
-        run = results.newest_run_with(part)
+
+def start(part: str, mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
+          parameters: dict | None = None) -> Session:
+    """The session a notebook would have for ``part`` (the run it writes or the one it reads)."""
+    mode, reason = resolve_mode(mode)
+    if mode == "measure":
+        run = results.create_run(provenance.manifest_fields(gpu.device_info(), parameters), run_id=run_id or None)
+        return Session(part, "measure", run, reason)
+    run = _replay_run(part, replay_run, None)
+    if run is None:
+        raise ResultsError(f"No recorded run holds {part!r} ({NOT_RECORDED}).",
+                           "record one on a CUDA machine (`kernelbook run --mode measure`) and commit data/results/.")
     return Session(part, "replay", run, reason)

@@ -10,7 +10,7 @@ larger than usual), so conv1 is initialised 255x smaller and gets a 255x smaller
 rate. With Adam (invariant to the gradient's scale) that is the same trajectory as training
 on x/255 with ordinary settings, but the saved weights need no conversion afterwards.
 
-The result is evaluated with the NumPy reference (kernelbook.reference), not with PyTorch,
+The result is evaluated with the NumPy reference (kernelbook.lenet.reference), not with PyTorch,
 so the reported accuracy is the one the book's checks reproduce.
 
     python scripts/train_lenet.py                 # about 5-6 minutes on 2 CPU cores
@@ -30,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run from a checkout without installing
 
 from kernelbook import data, reference  # noqa: E402
-from kernelbook.weights import LeNetWeights, default_weights_path, write_weights  # noqa: E402
+from kernelbook.lenet.weights import LeNetWeights, default_weights_path, write_weights  # noqa: E402
 
 try:
     import torch

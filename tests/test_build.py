@@ -30,7 +30,7 @@ def test_missing_executed_notebook_says_run_first(book, tmp_path):
     with pytest.raises(BuildError) as info:
         _stage(book, tmp_path / "executed")
     assert "part/good" in info.value.message
-    assert "run `kernelbook run` first" in info.value.fix
+    assert "kernelbook run --only 'part/good'" in info.value.fix
 
 
 def test_stage_replaces_sources_by_executed_notebooks(book, tmp_path):
@@ -52,7 +52,7 @@ def test_stage_replaces_sources_by_executed_notebooks(book, tmp_path):
 def test_strict_build_refuses_a_crashed_notebook(book, tmp_path):
     executed = tmp_path / "executed"
     write_executed(executed / "part" / "good.ipynb", "partial\n", crashed=True)
-    with pytest.raises(BuildError, match="stopped at an exception") as info:
+    with pytest.raises(BuildError, match="refuses 1 notebook.*part/good.*boom") as info:
         _stage(book, executed)
     assert "--only 'part/good'" in info.value.fix
     warnings: list[str] = []
@@ -92,3 +92,41 @@ def test_strict_build_fails_on_a_warning_and_no_strict_passes(book, tmp_path):
     html, lines = _build(book, executed, tmp_path / "site", strict=False)
     assert (html / "index.html").is_file()
     assert not any("-W" in line.split() for line in lines if line.startswith("$ jupyter-book"))
+
+
+@pytest.mark.parametrize("status, words", [("running", "interrupted while it ran"), ("pending", "never ran")])
+def test_strict_build_refuses_a_notebook_an_interrupted_batch_left(book, tmp_path, status, words):
+    executed = tmp_path / "executed"
+    write_executed(executed / "part" / "good.ipynb", "half\n", status=status)
+    with pytest.raises(BuildError, match=words) as info:
+        _stage(book, executed)
+    assert "part/good" in info.value.message and "--only 'part/good'" in info.value.fix
+
+
+def test_a_notebook_missing_from_the_batch_record_is_refused(book, tmp_path):
+    executed = tmp_path / "executed"
+    write_executed(executed / "part" / "good.ipynb", "hand-made\n", record=False)
+    with pytest.raises(BuildError, match="no batch record"):
+        _stage(book, executed)
+
+
+def test_a_source_edited_after_execution_is_stale(book, tmp_path):
+    executed = tmp_path / "executed"
+    source = book / "book" / "part" / "good.md"
+    write_executed(executed / "part" / "good.ipynb", "old\n", source=source)
+    _stage(book, executed)  # unchanged source: fine
+    source.write_text(source.read_text() + "\nA new paragraph.\n")
+    with pytest.raises(BuildError, match="changed after it was executed"):
+        _stage(book, executed)
+    warnings: list[str] = []
+    _stage(book, executed, strict=False, log=warnings.append)
+    assert any("changed after it was executed" in w for w in warnings)
+
+
+def test_a_truncated_executed_notebook_names_its_file(book, tmp_path):
+    executed = tmp_path / "executed"
+    path = write_executed(executed / "part" / "good.ipynb", "fine\n")
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(BuildError, match="cannot be read") as info:
+        _stage(book, executed)
+    assert str(path) in info.value.message and "kernelbook run" in info.value.fix

@@ -84,13 +84,20 @@ def test_no_runs_is_not_an_error(results_root, capsys):
     assert capsys.readouterr().out == ""
 
 
-def test_malformed_results_file_exits_2_with_fix(recorded, capsys):
-    recorded.part_path("lenet-baseline").write_text("{ not json")
-    assert cli.main(["results"]) == 2
+def test_a_malformed_results_file_is_skipped_with_a_warning_naming_it(recorded, capsys):
+    good = results.create_run({"device": {"name": "Fake GPU 1"}, "commit": "abc123", "host": "testhost"},
+                               run_id="20300101T0000Z-aaaaaa")
+    good.write_part("lenet-tiled", "lenet", [results.record("lenet", "tiled", "C1", 100, "op_time_ms", 1.5)])
+    bad = recorded.part_path("lenet-baseline")
+    bad.write_text("{ not json")
+    assert cli.main(["results"]) == 0
     captured = capsys.readouterr()
-    assert captured.err.startswith("error: ")
-    assert "is not valid JSON" in captured.err and "Fix:" in captured.err
+    assert "tiled" in captured.out  # the good run is still listed
+    assert captured.err.startswith("warning: ") and str(bad) in captured.err and "Fix:" in captured.err
     assert "Traceback" not in captured.err
+    assert cli.main(["results", "--check"]) == 1
+    out = capsys.readouterr().out
+    assert str(bad) in out and "1 problem" in out
 
 
 def test_unknown_run_id_exits_2(results_root, capsys):
@@ -153,6 +160,9 @@ def test_python_dash_m_kernelbook_prints_error_without_traceback(results_root):
     env = {**os.environ, "KERNELBOOK_RESULTS_DIR": str(results_root)}
     proc = subprocess.run([sys.executable, "-m", "kernelbook", "results", "--runs"],
                           capture_output=True, text=True, env=env, cwd=paths.REPO_ROOT, timeout=120)
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("error: ") and "malformed" in proc.stderr and "Fix:" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 0  # the damaged run is skipped, with one plain line that names it
+    assert proc.stderr.startswith("warning: ") and "malformed" in proc.stderr and "Fix:" in proc.stderr
+    assert "20200101T0000Z-cccccc" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "kernelbook", "results", "--check"],
+                          capture_output=True, text=True, env=env, cwd=paths.REPO_ROOT, timeout=120)
+    assert proc.returncode == 1 and "20200101T0000Z-cccccc" in proc.stdout

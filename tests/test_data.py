@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernelbook import data, paths
+from kernelbook import paths
+from kernelbook.lenet import data
 from kernelbook.errors import DataError, ShapeError
 
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "fashion-mnist"

@@ -8,10 +8,11 @@ import shutil
 
 import pytest
 
+from kernelbook import lenet
 from kernelbook import kernels
-from kernelbook.errors import ShapeError
+from kernelbook.errors import ParameterError, ShapeError
 from kernelbook.lenet import ConvShape, layer_shape, variants
-from kernelbook.lenet import gemm
+from kernelbook.lenet import final, gemm
 
 GEMM_SLUGS = ["unroll-matmul", "fused-unroll-matmul", "cublas", "fp16", "tensor-cores", "index-reuse",
               "per-layer-kernels", "register-tiling", "final"]
@@ -19,11 +20,11 @@ GIB = 2**30
 
 
 def impl(slug):
-    return variants.get_variant(slug)
+    return lenet.get_variant(slug)
 
 
 def test_gemm_steps_are_registered_in_book_order_after_the_direct_ones():
-    names = list(variants.REGISTRY)
+    names = lenet.variant_names()
     positions = [names.index(s) for s in GEMM_SLUGS]
     assert positions == sorted(positions)
     assert names[-len(GEMM_SLUGS):] == GEMM_SLUGS
@@ -42,7 +43,7 @@ def test_every_step_documents_itself_and_lists_its_kernels(slug):
 @pytest.mark.parametrize("slug", GEMM_SLUGS)
 def test_unknown_parameters_are_rejected_with_the_valid_names(slug):
     v = impl(slug)
-    with pytest.raises(ShapeError, match="no parameter"):
+    with pytest.raises(ParameterError, match="no parameter"):
         v.params(tile_widht=3)
     merged = v.params()
     assert merged == v.defaults and merged is not v.defaults
@@ -109,11 +110,11 @@ def test_workspace_refusals_name_the_limit(slug):
     c1 = layer_shape("C1", 10000)
     with pytest.raises(ShapeError, match="32-bit"):
         v.validate(c1, v.params(workspace_mib=None))  # 3.1e9 floats in one chunk
-    with pytest.raises(ShapeError, match="workspace_mib"):
+    with pytest.raises(ParameterError, match="workspace_mib"):
         v.validate(c1, v.params(workspace_mib=1))  # one image needs > 1 MiB
-    with pytest.raises(ShapeError, match="positive"):
+    with pytest.raises(ParameterError, match="positive"):
         v.validate(c1, v.params(workspace_mib=-5))
-    with pytest.raises(ShapeError, match="positive"):
+    with pytest.raises(ParameterError, match="positive"):
         v.validate(c1, v.params(workspace_mib=True))
     v.validate(layer_shape("C3", 100), v.params(workspace_mib=None))  # small enough in one go
 
@@ -124,18 +125,18 @@ def test_workspace_refusals_name_the_limit(slug):
 @pytest.mark.parametrize("slug", ["unroll-matmul", "fused-unroll-matmul"])
 def test_tile_limits(slug):
     v = impl(slug)
-    with pytest.raises(ShapeError, match="1..32"):
+    with pytest.raises(ParameterError, match="1..32"):
         v.validate(layer_shape("C1", 1), v.params(tile=33))
-    with pytest.raises(ShapeError, match="1..32"):
+    with pytest.raises(ParameterError, match="1..32"):
         v.validate(layer_shape("C1", 1), v.params(tile=0))
-    with pytest.raises(ShapeError, match="1..32"):
+    with pytest.raises(ParameterError, match="1..32"):
         v.validate(layer_shape("C1", 1), v.params(tile=16.0))
 
 
 def test_grid_y_limit_is_named():
     v = impl("fused-unroll-matmul")
     many_maps = ConvShape(B=1, M=65535 * 16 + 1, C=1, H=1, W=1, K=1)
-    with pytest.raises(ShapeError, match="65535"):
+    with pytest.raises(ParameterError, match="65535"):
         v.validate(many_maps, v.params())
 
 
@@ -149,16 +150,16 @@ def test_32_bit_column_index_limit_is_named():
 
 def test_fp16_refuses_odd_tiles_and_negative_flush():
     v = impl("fp16")
-    with pytest.raises(ShapeError, match="odd"):
+    with pytest.raises(ParameterError, match="odd"):
         v.validate(layer_shape("C3", 1), v.params(tile=15))
-    with pytest.raises(ShapeError, match="half_tiles"):
+    with pytest.raises(ParameterError, match="half_tiles"):
         v.validate(layer_shape("C3", 1), v.params(half_tiles=-1))
     assert v.defines(v.params(half_tiles=0), layer_shape("C3", 1)) == {"TILE": 16, "HALF_TILES": 0}
 
 
 def test_tensor_cores_refuse_tf32_with_the_8x32_fragment():
     v = impl("tensor-cores")
-    with pytest.raises(ShapeError, match="m16n16k8"):
+    with pytest.raises(ParameterError, match="m16n16k8"):
         v.validate(layer_shape("C1", 1), v.params(precision="tf32", shape="8x32"))
     v.validate(layer_shape("C1", 1), v.params(precision="fp16", shape="8x32"))
 
@@ -166,13 +167,13 @@ def test_tensor_cores_refuse_tf32_with_the_8x32_fragment():
 def test_tensor_core_parameter_refusals():
     v = impl("tensor-cores")
     s = layer_shape("C3", 1)
-    with pytest.raises(ShapeError, match="'bf16'"):
+    with pytest.raises(ParameterError, match="'bf16'"):
         v.validate(s, v.params(precision="bf16"))
-    with pytest.raises(ShapeError, match="'32x8'"):
+    with pytest.raises(ParameterError, match="'32x8'"):
         v.validate(s, v.params(precision="fp16", shape="32x8"))
-    with pytest.raises(ShapeError, match="multiple of the fragment's K"):
+    with pytest.raises(ParameterError, match="multiple of the fragment's K"):
         v.validate(s, v.params(precision="fp16", bk=24))
-    with pytest.raises(ShapeError, match="48 KiB"):
+    with pytest.raises(ParameterError, match="48 KiB"):
         v.validate(s, v.params(warps=16, frags_n=8))
 
 
@@ -187,7 +188,7 @@ def test_tensor_core_defines_follow_the_parameters():
 
 def test_index_reuse_needs_columns_that_divide_evenly_among_threads():
     v = impl("index-reuse")
-    with pytest.raises(ShapeError, match="divide"):
+    with pytest.raises(ParameterError, match="divide"):
         v.validate(layer_shape("C3", 1), v.params(frags_n=3))
     v.validate(layer_shape("C3", 1), v.params(frags_n=1))  # two threads share a column
 
@@ -198,22 +199,22 @@ def test_per_layer_policy_rule_and_refusal():
     assert v.choose(layer_shape("C3", 1), v.params()) == "16x16"  # M = 16
     assert v.choose(ConvShape(1, 8, 1, 9, 9, 3), v.params()) == "8x32"
     assert v.choose(ConvShape(1, 9, 1, 9, 9, 3), v.params()) == "16x16"
-    with pytest.raises(ShapeError, match="'auto'"):
+    with pytest.raises(ParameterError, match="'auto'"):
         v.validate(layer_shape("C1", 1), v.params(policy="fastest"))
 
 
 def test_register_tiling_refusals():
     v = impl("register-tiling")
     s = layer_shape("C3", 1)
-    with pytest.raises(ShapeError, match="must divide"):
+    with pytest.raises(ParameterError, match="must divide"):
         v.validate(s, v.params(tm=3))
-    with pytest.raises(ShapeError, match="more than 64"):
+    with pytest.raises(ParameterError, match="more than 64"):
         v.validate(s, v.params(tm=16, tn=8, bm=16, bn=256))
-    with pytest.raises(ShapeError, match="32..1024"):
+    with pytest.raises(ParameterError, match="32..1024"):
         v.validate(s, v.params(bm=4, tm=4, bn=16, tn=4))
-    with pytest.raises(ShapeError, match="48 KiB"):
+    with pytest.raises(ParameterError, match="48 KiB"):
         v.validate(s, v.params(bm=64, bn=512, bk=32, tm=4, tn=8))
-    with pytest.raises(ShapeError, match="bk="):
+    with pytest.raises(ParameterError, match="bk="):
         v.validate(s, v.params(bm=16, tm=1, bn=64, tn=4, bk=2))  # 256 threads on 64 columns: groups of 4
 
 
@@ -230,7 +231,7 @@ def test_final_plans_the_network_layers():
     assert c1["smem_bytes"] <= gemm.STATIC_SMEM_MAX
     # C3 (M = 16): 3xTF32 on tensor cores, one image per block, > 48 KiB of dynamic shared memory
     assert (c3["kernel"], c3["math"], c3["bands"], c3["groups"]) == ("conv_direct_3xtf32", "3xtf32", 1, 1)
-    assert gemm.STATIC_SMEM_MAX < c3["smem_bytes"] <= gemm.TENSOR_SMEM_MAX
+    assert gemm.STATIC_SMEM_MAX < c3["smem_bytes"] <= final.TENSOR_SMEM_MAX
     d = v.defines(v.params(), layer_shape("C3", 2))
     assert (d["KS"], d["CIN"], d["HIN"], d["WIN"], d["MOUT"], d["MATH_3XTF32"]) == (7, 4, 40, 40, 16, 1)
     # math="fp32" keeps C3 on CUDA cores, weights in shared memory
@@ -259,7 +260,7 @@ def test_final_splits_tall_images_into_bands():
     assert plan["band"] * plan["bands"] >= 396 and plan["smem_bytes"] <= gemm.STATIC_SMEM_MAX
     plan = v.plan(ConvShape(B=1, M=16, C=4, H=400, W=200, K=5), v.params())
     assert plan["kernel"] == "conv_direct_3xtf32" and plan["bands"] > 1
-    assert plan["band"] * plan["bands"] >= 396 and plan["smem_bytes"] <= gemm.TENSOR_SMEM_MAX
+    assert plan["band"] * plan["bands"] >= 396 and plan["smem_bytes"] <= final.TENSOR_SMEM_MAX
 
 
 def test_final_tensor_path_falls_back_to_fp32_when_its_operands_do_not_fit():
@@ -271,19 +272,19 @@ def test_final_tensor_path_falls_back_to_fp32_when_its_operands_do_not_fit():
 def test_final_parameter_refusals():
     v = impl("final")
     s = layer_shape("C3", 1)
-    with pytest.raises(ShapeError, match="more than 64"):
+    with pytest.raises(ParameterError, match="more than 64"):
         v.validate(s, v.params(outputs_per_thread=8, math="fp32"))  # 16 maps x 8 outputs
-    with pytest.raises(ShapeError, match="multiple of 32"):
+    with pytest.raises(ParameterError, match="multiple of 32"):
         v.validate(s, v.params(threads=100))
-    with pytest.raises(ShapeError, match="'constant'"):
+    with pytest.raises(ParameterError, match="'constant'"):
         v.validate(s, v.params(weights="global"))
-    with pytest.raises(ShapeError, match="'auto' or an integer"):
+    with pytest.raises(ParameterError, match="'auto' or an integer"):
         v.validate(s, v.params(maps_per_thread=0))
-    with pytest.raises(ShapeError, match="unroll_p"):
+    with pytest.raises(ParameterError, match="unroll_p"):
         v.validate(s, v.params(unroll_p="yes"))
-    with pytest.raises(ShapeError, match="'3xtf32'"):
+    with pytest.raises(ParameterError, match="'3xtf32'"):
         v.validate(s, v.params(math="tf32"))
-    with pytest.raises(ShapeError, match="tiles_per_warp"):
+    with pytest.raises(ParameterError, match="tiles_per_warp"):
         v.validate(s, v.params(tiles_per_warp=0))
 
 
@@ -312,3 +313,10 @@ def test_tensor_core_files_compile_through_the_ptx_path(tmp_path):
         _, report = kernels.compile_cubin(v.source, defines, out=tmp_path / "k.cubin")
         assert {r.name for r in report} >= set(v.kernel_names)
         assert all(r.spill_store_bytes == 0 for r in report)
+
+
+def test_non_finite_workspace_is_refused_before_launch():
+    impl = lenet.get_variant("unroll-matmul")
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ParameterError, match="workspace_mib"):
+            impl.validate(layer_shape("C1", 100), impl.params(workspace_mib=bad))

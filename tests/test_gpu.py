@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from kernelbook import lenet
 from kernelbook import checks
 from kernelbook.errors import ShapeError
 from kernelbook.lenet import ConvShape, conv_forward, variants
@@ -10,9 +11,9 @@ from kernelbook.lenet import ConvShape, conv_forward, variants
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("slug", list(variants.REGISTRY))
+@pytest.mark.parametrize("slug", lenet.variant_names())
 def test_variant_matches_float64_on_random_shapes_with_poison(slug):
-    impl = variants.get_variant(slug)
+    impl = lenet.get_variant(slug)
     found = checks.check_variant(impl, impl.params(), n_random=12, seed=None)
     failed = [c for c in found if not c.passed]
     assert len(found) >= 10
@@ -20,7 +21,7 @@ def test_variant_matches_float64_on_random_shapes_with_poison(slug):
 
 
 def test_poison_catches_an_unwritten_element(monkeypatch):
-    impl = variants.get_variant("baseline")
+    impl = lenet.get_variant("baseline")
     real_launch = impl.launch
 
     def lazy_launch(y, x, k, shape, params, stream=None):
@@ -43,10 +44,10 @@ def test_conv_forward_rejects_host_arrays_and_wrong_out():
 
 
 def test_gpu_network_agrees_with_cpu_reference():
-    from kernelbook.data import load_test_set
+    from kernelbook.lenet.data import load_test_set
     from kernelbook.lenet.network import GpuLeNet
-    from kernelbook.reference import forward_reference
-    from kernelbook.weights import default_weights_path, read_weights
+    from kernelbook.lenet.reference import forward_reference
+    from kernelbook.lenet.weights import default_weights_path, read_weights
 
     images, labels = load_test_set(n=256)
     weights = read_weights(default_weights_path())

@@ -322,3 +322,20 @@ def test_every_kernel_compiles_for_sm90(slug, tmp_path):
         assert all(r.spill_store_bytes == 0 for r in report)
     if slug == "better-occupancy":
         assert max(r.registers for r in report) <= 64
+
+
+def test_f16_split_fragments_carry_fp32_precision():
+    """Step 15's 3xFP16 layout: the hi halves are step 14's fragments, hi + lo is the weight."""
+    split = pack.f16_split_fragments(W).tobytes()
+    plain = pack.f16_fragments(W).tobytes()
+    assert len(split) == 39456 and split[-544:] == plain[-544:]
+    halves = np.frombuffer(split[:-544], dtype=np.float16).reshape(-1, 2, 4)
+    plain_h = np.frombuffer(plain[:-544], dtype=np.float16).reshape(-1, 4)
+    assert np.array_equal(halves[:, 0], plain_h)
+    full = halves[:, 0].astype(np.float64) + halves[:, 1].astype(np.float64)
+    exact = np.frombuffer(plain[:-544], dtype=np.float16)  # only the layout; values from W below
+    assert exact.size == full.size
+    W1 = np.pad(W[0], ((0, 0), (0, 9)))
+    g, q = _lanes()
+    first = np.stack([W1[g, 2 * q], W1[g, 2 * q + 1], W1[g, 2 * q + 8], W1[g, 2 * q + 9]], 1)
+    assert np.abs(full[:32] - first).max() <= 2e-7 * np.abs(W1).max()

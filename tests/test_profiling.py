@@ -11,9 +11,13 @@ import pytest
 
 matplotlib.use("Agg")
 
-from kernelbook import profiling, results, roofline, session  # noqa: E402
+from kernelbook import results, session  # noqa: E402
+from kernelbook.errors import GPUUnavailable  # noqa: E402
+from kernelbook.evidence import ceilings as ceilings_mod  # noqa: E402
+from kernelbook.evidence import floor, ncu, ncu_metrics, roofline, sanitizer, tools, vendor  # noqa: E402
 from kernelbook.lenet import layer_shape  # noqa: E402
-from kernelbook.lenet.study import ChapterResult, run_chapter  # noqa: E402
+from kernelbook.chapter import run_chapter  # noqa: E402
+from kernelbook.lenet import STUDY  # noqa: E402
 
 from conftest import DEVICE, fabricate_chapter  # noqa: E402
 
@@ -77,14 +81,14 @@ def fabricated_csv(variant="unroll-matmul", chatter=True) -> str:
 
 
 def test_csv_parser_skips_chatter_reads_units_and_keeps_quoted_commas():
-    table = profiling.parse_ncu_csv(fabricated_csv())
+    table = ncu_metrics.parse_ncu_csv(fabricated_csv())
     assert len(table.rows) == 3
     assert table.units["gpu__time_duration.sum"] == "nsecond"
     assert table.units["dram__bytes.sum"] == "byte"
     assert table.nvtx_columns() == [NVTX]
     assert table.rows[0]["Kernel Name"] == "conv_forward(float *, const float *, int)"
     assert '"<default domain>:kb:unroll-matmul:C1:' in table.rows[0][NVTX]
-    assert profiling.parse_number(table.rows[0]["dram__bytes.sum"]) == 31457280.0
+    assert ncu_metrics.parse_number(table.rows[0]["dram__bytes.sum"]) == 31457280.0
 
 
 def test_real_h100_capture_is_parsed_and_attributed():
@@ -93,11 +97,11 @@ def test_real_h100_capture_is_parsed_and_attributed():
     from pathlib import Path
 
     text = (Path(__file__).parent / "data" / "ncu_raw_tiled_h100.txt").read_text()
-    table = profiling.parse_ncu_csv(text)
+    table = ncu_metrics.parse_ncu_csv(text)
     assert len(table.header) == 326 and len(table.rows) == 2
     assert table.units["gpu__time_duration.sum"] == "ns"
-    _, chosen, _ = profiling.resolve_metrics(None)
-    records, kernels = profiling.records_from_csv(text, "tiled", 1000, chosen)
+    _, chosen, _ = ncu_metrics.resolve_metrics(None)
+    records, kernels = ncu_metrics.records_from_csv(text, "lenet", "tiled", 1000, chosen, ("C1", "C3"))
     assert [(k["layer"], k["kernel"]) for k in kernels] == [("C1", "conv_forward_tiled"), ("C3", "conv_forward_tiled")]
     assert _get(records, "C1", "duration_ms")["value"] == pytest.approx(0.798176)
     assert _get(records, "C3", "duration_ms")["value"] == pytest.approx(3.450176)
@@ -108,23 +112,23 @@ def test_real_h100_capture_is_parsed_and_attributed():
 
 
 def test_parser_without_table_returns_nothing():
-    assert profiling.parse_ncu_csv("==PROF== No kernels were profiled.\n").rows == []
-    assert profiling.parse_ncu_csv("").rows == []
+    assert ncu_metrics.parse_ncu_csv("==PROF== No kernels were profiled.\n").rows == []
+    assert ncu_metrics.parse_ncu_csv("").rows == []
 
 
 @pytest.mark.parametrize("cell, expected", [("1,234.5", 1234.5), ("  42 ", 42.0), ("n/a", None), ("", None),
                                             ("N/A", None), ("abc", None), ("nan", None), ('"7"', 7.0)])
 def test_parse_number(cell, expected):
-    assert profiling.parse_number(cell) == expected
+    assert ncu_metrics.parse_number(cell) == expected
 
 
 def test_units_are_converted_to_ms_and_bytes():
-    assert profiling.to_base_unit(2.0, "usecond") == pytest.approx(2e-6)
-    assert profiling.to_base_unit(3.0, "Mbyte") == 3e6
-    assert profiling.to_base_unit(50.0, "%") == 50.0
+    assert ncu_metrics.to_base_unit(2.0, "usecond") == pytest.approx(2e-6)
+    assert ncu_metrics.to_base_unit(3.0, "Mbyte") == 3e6
+    assert ncu_metrics.to_base_unit(50.0, "%") == 50.0
     chosen = {"duration_ms": ("gpu__time_duration.sum",), "dram_bytes": ("dram__bytes.sum",)}
     text = fabricated_csv().replace('"nsecond"', '"usecond"').replace('"byte","usecond"', '"Kbyte","usecond"')
-    c1 = profiling.kernel_rows(profiling.parse_ncu_csv(text), chosen)[0]
+    c1 = ncu_metrics.kernel_rows(ncu_metrics.parse_ncu_csv(text), chosen)[0]
     assert c1["duration_ms"] == pytest.approx(120.512)        # 120,512 us
     assert c1["dram_bytes"] == pytest.approx(31457280e3)      # Kbyte
 
@@ -133,8 +137,8 @@ def test_units_are_converted_to_ms_and_bytes():
 
 
 def _records(text=None, variant="unroll-matmul"):
-    _, chosen, _ = profiling.resolve_metrics(None)
-    return profiling.records_from_csv(text or fabricated_csv(variant), variant, 1000, chosen)
+    _, chosen, _ = ncu_metrics.resolve_metrics(None)
+    return ncu_metrics.records_from_csv(text or fabricated_csv(variant), "lenet", variant, 1000, chosen, ("C1", "C3"))
 
 
 def _get(records, layer, metric):
@@ -184,10 +188,10 @@ def test_top_three_stalls_are_ranked():
 
 def test_kernel_without_range_is_refused_unless_the_layer_is_known():
     text = fabricated_csv().replace("kb:unroll-matmul:C3", "something-else")
-    with pytest.raises(profiling.ProfilerUnavailable, match="NVTX"):
+    with pytest.raises(tools.ProfilerUnavailable, match="NVTX"):
         _records(text)
-    _, chosen, _ = profiling.resolve_metrics(None)
-    records, kernels = profiling.records_from_csv(text, "unroll-matmul", 1000, chosen, ["C3"], only_layer="C3")
+    _, chosen, _ = ncu_metrics.resolve_metrics(None)
+    records, kernels = ncu_metrics.records_from_csv(text, "lenet", "unroll-matmul", 1000, chosen, ["C3"], only_layer="C3")
     assert {k["layer"] for k in kernels} == {"C3"}
     assert _get(records, "C3", "duration_ms")["kernel_count"] == 3
 
@@ -200,27 +204,27 @@ def test_missing_metrics_are_not_requested_and_are_listed():
                  "launch__registers_per_thread", "launch__shared_mem_per_block",
                  "smsp__average_warp_latency_issue_stalled_barrier",
                  "sm__pipe_tensor_op_gmma_cycles_active"}
-    requested, chosen, missing = profiling.resolve_metrics(available)
+    requested, chosen, missing = ncu_metrics.resolve_metrics(available)
     assert chosen["dram_bytes"] == ("dram__bytes_read.sum", "dram__bytes_write.sum")   # second alternative
     assert chosen["shared_mem_per_block"] == ("launch__shared_mem_per_block",)
     assert chosen["stall_barrier"] == ("smsp__average_warp_latency_issue_stalled_barrier.ratio",)
     assert chosen["tensor_pipe_pct"] == ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",)
     assert "l1_hit_pct" in missing and "stall_long_scoreboard" in missing and "memory_throughput_pct" in missing
     assert "l1tex__t_sector_hit_rate.pct" not in requested
-    assert all(profiling.base_name(m) in available for m in requested)
+    assert all(ncu_metrics.base_name(m) in available for m in requested)
 
 
 def test_launch_attributes_are_trusted_when_the_list_has_none():
-    _, chosen, missing = profiling.resolve_metrics({"sm__throughput"})
+    _, chosen, missing = ncu_metrics.resolve_metrics({"sm__throughput"})
     assert chosen["registers_per_thread"] == ("launch__registers_per_thread",)
     assert chosen["theoretical_occupancy_pct"] == ("sm__maximum_warps_per_active_cycle_pct",)
     assert "registers_per_thread" not in missing and "sm_throughput_pct" not in missing
 
 
 def test_every_required_metric_has_a_spec_and_is_requested_on_trust():
-    requested, chosen, missing = profiling.resolve_metrics(None)
+    requested, chosen, missing = ncu_metrics.resolve_metrics(None)
     assert not missing
-    assert set(profiling.REQUIRED) <= set(chosen)
+    assert set(ncu_metrics.REQUIRED) <= set(chosen)
     assert "tensor_pipe_pct" in chosen and "stall_long_scoreboard" in chosen
     assert "sm__throughput.avg.pct_of_peak_sustained_elapsed" in requested
 
@@ -229,41 +233,43 @@ def test_query_metrics_output_is_parsed():
     text = ("Device NVIDIA H100 80GB HBM3 (GH100)\n---------\nMetric Name                 Metric Description\n"
             "dram__bytes                 # of bytes accessed in DRAM\n"
             "sm__throughput              SM throughput\n  lts__t_sector_hit_rate      hit rate\n\n")
-    assert profiling.parse_query_metrics(text) == {"dram__bytes", "sm__throughput", "lts__t_sector_hit_rate"}
+    assert ncu_metrics.parse_query_metrics(text) == {"dram__bytes", "sm__throughput", "lts__t_sector_hit_rate"}
 
 
 def test_ncu_command_line_filters_on_the_layer_ranges():
-    cmd = profiling.ncu_command("/x/ncu", "tiled", {"C1": {"tile_width": 8}}, 1000, ["C1", "C3"], ["a.sum", "b.pct"])
+    cmd = ncu.ncu_command("/x/ncu", STUDY, "tiled", {"C1": {"tile_width": 8}}, 1000, ["C1", "C3"], ["a.sum", "b.pct"])
     text = " ".join(cmd)
     assert cmd[:3] == ["/x/ncu", "--clock-control", "none"]
     assert "--csv --page raw --print-units base --metrics a.sum,b.pct --nvtx" in text
     assert "--nvtx-include kb:tiled:C1/ --nvtx-include kb:tiled:C3/" in text
-    assert "-m kernelbook.lenet.profile_target --variant tiled --layers C1,C3 --batch 1000" in text
+    assert "-m kernelbook.evidence.target --study kernelbook.lenet --step tiled --cases C1,C3 --size 1000" in text
     assert '{"C1": {"tile_width": 8}}' in cmd
-    assert "--nvtx" not in profiling.ncu_command("ncu", "tiled", {}, 10, ["C1"], ["a"], nvtx=False)
+    assert "--nvtx" not in ncu.ncu_command("ncu", STUDY, "tiled", {}, 10, ["C1"], ["a"], nvtx=False)
 
 
 def test_permission_and_missing_profiler_are_recognised():
     msg = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
-    assert "ERR_NVGPUCTRPERM" in profiling.classify_failure(msg)
-    assert "cannot use this GPU" in profiling.classify_failure("Failed to initialize the profiler: LibraryNotLoaded")
-    assert profiling.classify_failure("==PROF== Disconnected") is None
+    assert "ERR_NVGPUCTRPERM" in tools.classify_failure(msg)
+    assert "cannot use this GPU" in tools.classify_failure("Failed to initialize the profiler: LibraryNotLoaded")
+    assert tools.classify_failure("==PROF== Disconnected") is None
 
 
 def test_rejected_metric_names_are_found_in_errors():
     out = "==ERROR== Failed to find metric regex:^sm__bogus(\\.|$)\n"
-    assert profiling._unknown_metrics(out, ["sm__bogus.sum", "dram__bytes.sum"]) == ["sm__bogus.sum"]
+    assert ncu._unknown_metrics(out, ["sm__bogus.sum", "dram__bytes.sum"]) == ["sm__bogus.sum"]
 
 
 def test_profile_target_refuses_bad_arguments_before_touching_a_gpu(capsys):
-    from kernelbook.lenet import profile_target
+    from kernelbook.evidence import target
 
-    assert profile_target.main(["--variant", "warp-speed"]) == 2
-    assert profile_target.main(["--variant", "baseline", "--layers", "C2"]) == 2
-    assert profile_target.main(["--variant", "baseline", "--layer-params", "{nope"]) == 2
-    assert profile_target.main(["--variant", "baseline", "--layer-params", '{"C1": {"tile_size": 3}}']) == 2
+    lenet = ["--study", "kernelbook.lenet"]
+    assert target.main(lenet + ["--step", "warp-speed"]) == 2
+    assert target.main(["--study", "kernelbook.nothing", "--step", "baseline"]) == 2
+    assert target.main(lenet + ["--step", "baseline", "--cases", "C2"]) == 2
+    assert target.main(lenet + ["--step", "baseline", "--case-params", "{nope"]) == 2
+    assert target.main(lenet + ["--step", "baseline", "--case-params", '{"C1": {"tile_size": 3}}']) == 2
     assert "tile_size" in capsys.readouterr().err
-    assert profile_target.range_name("tiled", "C3") == "kb:tiled:C3"
+    assert target.range_name("tiled", "C3") == "kb:tiled:C3"
 
 
 # ----------------------------------------------------------------------------- chapters
@@ -273,62 +279,75 @@ def _write_ncu(run, variant, scale=1.0):
     records, kernels = _records(variant=variant)
     for r in records:
         r["value"] *= scale
-    run.write_part(profiling.ncu_part(variant), "lenet", records, extra={"kernels": kernels})
+    run.write_part(STUDY.part(variant, "ncu"), "lenet", records, extra={"kernels": kernels})
     return records
 
 
 def test_replay_without_any_recorded_profile_says_not_recorded(results_root, no_gpu):
     fabricate_chapter(results_root)
-    chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="auto")
-    sess, frame, status = profiling.for_chapter(chapter)
-    assert sess is None and frame.empty
-    assert "not recorded yet" in status and "baseline" in status
-    html = profiling.ncu_comparison(chapter, "tiled").to_html()
+    chapter = run_chapter(STUDY, "baseline", sizes=[100, 1000], mode="auto")
+    found = ncu.for_chapter(chapter)
+    assert not found.found and found.records == []
+    assert "not recorded yet" in found.status and "baseline" in found.status
+    html = ncu.ncu_comparison(chapter).to_html()
     assert "not recorded yet" in html
-    assert "not recorded yet" in profiling.stall_table(chapter, None).to_html()
+    assert "not recorded yet" in ncu.stall_table(chapter).to_html()
 
 
 def test_replay_reads_the_chapters_run(results_root, no_gpu):
     run = fabricate_chapter(results_root)
     _write_ncu(run, "baseline")
-    chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="replay")
-    sess, frame, status = profiling.for_chapter(chapter)
-    assert sess is not None and sess.run.run_id == run.run_id and not sess.measuring
-    assert set(frame["metric"]) >= {"duration_ms", "sm_throughput_pct", "stall_barrier"}
-    assert run.run_id in status
+    chapter = run_chapter(STUDY, "baseline", sizes=[100, 1000], mode="replay")
+    found = ncu.for_chapter(chapter)
+    assert found.found and found.session.run.run_id == run.run_id and not found.measuring
+    assert {r["metric"] for r in found.records} >= {"duration_ms", "sm_throughput_pct", "stall_barrier"}
+    assert run.run_id in found.status
 
 
 def test_measuring_without_ncu_writes_nothing_and_shows_the_recording(results_root, no_gpu, monkeypatch):
     older = fabricate_chapter(results_root)
     _write_ncu(older, "baseline")
     now = fabricate_chapter(results_root)
-    part = now.read_part("lenet-baseline")
-    measuring = ChapterResult("baseline", session.Session("lenet-baseline", "measure", now, "test"),
-                              part["records"], part["checks"], part["parameters"])
-    monkeypatch.setattr(profiling, "ncu_path", lambda: None)
-    sess, frame, status = profiling.for_chapter(measuring)
-    assert "not available here" in status and "not installed" in status
-    assert not now.has_part(profiling.ncu_part("baseline"))
-    assert sess.run.run_id == older.run_id and not sess.measuring
-    assert not frame.empty
+    measuring = _measuring_chapter(now, monkeypatch)
+    monkeypatch.setattr(ncu, "ncu_path", lambda: None)
+    found = ncu.for_chapter(measuring)
+    assert "Not measured now" in found.status and "not installed" in found.status
+    assert not now.has_part(STUDY.part("baseline", "ncu"))
+    assert found.session.run.run_id == older.run_id and not found.measuring
+    assert found.records
     monkeypatch.setenv("KERNELBOOK_PROFILE", "0")
-    assert "off" in profiling.for_chapter(measuring)[2]
+    assert "off" in ncu.for_chapter(measuring).status
 
 
 def test_measuring_with_a_profile_writes_the_part(results_root, no_gpu, monkeypatch):
     run = fabricate_chapter(results_root)
-    part = run.read_part("lenet-baseline")
-    measuring = ChapterResult("baseline", session.Session("lenet-baseline", "measure", run, "test"),
-                              part["records"], part["checks"], part["parameters"])
+    measuring = _measuring_chapter(run, monkeypatch)
+    monkeypatch.setattr(ncu, "ncu_path", lambda: "/fake/ncu")
     fake = _records(variant="baseline")
     calls = []
-    monkeypatch.setattr(profiling, "run_ncu", lambda v, lp, batch, timeout: calls.append((v, lp, batch)) or (
+    monkeypatch.setattr(ncu, "run_ncu", lambda study, v, lp, size, cases, timeout: calls.append((v, lp, size)) or (
         fake[0], {"kernels": fake[1], "missing_metrics": ["tensor_pipe_pct"], "ncu_version": "2025.3.1.0",
                   "attribution": "nvtx"}))
-    sess, frame, status = profiling.for_chapter(measuring, batch=500)
+    found = ncu.for_chapter(measuring, size=500)
     assert calls == [("baseline", {"C1": {}, "C3": {}}, 500)]
-    assert sess.measuring and run.has_part("lenet-baseline-ncu")
-    assert "Profiled now" in status and "tensor_pipe_pct" in status
+    assert found.measuring and run.has_part("lenet-baseline-ncu")
+    assert "Profiled now" in found.status and "tensor_pipe_pct" in found.status
+
+
+def _measuring_chapter(run, monkeypatch):
+    """A chapter that says it measures into ``run`` (no GPU here: the session is made by hand)."""
+    from kernelbook import gpu
+    from kernelbook.chapter import Chapter
+
+    part = run.read_part("lenet-baseline")
+    recording = session.Recording("lenet-baseline", session.Session("lenet-baseline", "measure", run, "test"),
+                                  part["records"], part["checks"], {}, part["parameters"])
+    # Evidence measured into the chapter's run needs 'measure' to be allowed: pretend a GPU.
+    import functools
+
+    monkeypatch.setattr(gpu, "availability", functools.lru_cache(maxsize=1)(lambda: (True, "Test GPU 9000")))
+    monkeypatch.setattr(gpu, "device_info", lambda: {"name": "Test GPU 9000"})
+    return Chapter(STUDY, STUDY.steps.get("baseline"), recording)
 
 
 def test_comparison_shows_change_against_previous_and_baseline(results_root, no_gpu):
@@ -338,28 +357,28 @@ def test_comparison_shows_change_against_previous_and_baseline(results_root, no_
     _write_ncu(run, "baseline", scale=2.0)
     _write_ncu(run, "tiled", scale=1.25)
     _write_ncu(run, "restrict-unroll", scale=1.0)
-    chapter = run_chapter("restrict-unroll", batch_sizes=[100, 1000], mode="replay")
-    steps = profiling._steps(chapter, "tiled")
+    chapter = run_chapter(STUDY, "restrict-unroll", sizes=[100, 1000], mode="replay")
+    steps = ncu._steps(chapter)
     assert list(steps) == ["baseline", "previous step", "this step"]
-    frame = profiling.comparison_frame(steps)
+    frame = ncu.comparison_frame(steps, STUDY.cases)
     row = frame[(frame["Layer"] == "C1") & (frame["Metric"] == "SM [%]")].iloc[0]
     assert row["This step (restrict-unroll)"] == "45.2 %"
     assert row["Baseline (baseline)"] == "90.4 %"
     assert row["vs baseline"] == "-50.0 %" and row["vs previous step"] == "-20.0 %"
-    stalls = profiling.stall_frame(steps)
+    stalls = ncu.stall_frame(steps, STUDY.cases)
     assert stalls[stalls["Layer"] == "C3"]["Stall reason"].tolist()[0] == "long scoreboard"
     assert "(#1)" in stalls.iloc[0]["This step (restrict-unroll)"]
-    html = profiling.ncu_comparison(chapter, "tiled").to_html()
-    assert "Test GPU 9000" in html and "REPLAYED" in html
-    overview = profiling.ncu_overview(["baseline", "tiled", "sweep"]).to_html()
+    html = ncu.ncu_comparison(chapter).to_html()
+    assert "Test GPU 9000" in html and "replayed" in html
+    overview = ncu.ncu_overview(STUDY, ["baseline", "tiled", "sweep"]).to_html()
     assert "Not recorded yet: sweep" in overview and "long scoreboard" in overview
 
 
 def test_change_formatting():
-    assert profiling.change(150.0, 100.0) == "+50.0 %"
-    assert profiling.change(None, 1.0) == "–" and profiling.change(1.0, 0.0) == "–"
-    assert profiling.format_metric("dram_bytes", 31457280) == "31.5 MB"
-    assert profiling.format_metric("duration_ms", 0.1205) == "120.5 µs"
+    assert ncu.change(150.0, 100.0) == "+50.0 %"
+    assert ncu.change(None, 1.0) == "–" and ncu.change(1.0, 0.0) == "–"
+    assert ncu.format_metric("dram_bytes", 31457280) == "31.5 MB"
+    assert ncu.format_metric("duration_ms", 0.1205) == "120.5 µs"
 
 
 # ----------------------------------------------------------------------------- ceilings, floor
@@ -374,10 +393,12 @@ def test_floor_is_the_slower_of_bytes_and_flops():
     # bytes: 4 * (1000*86*86 + 4*49 + 1000*4*80*80) = 131,984,784 -> 0.13198 ms at 1000 GB/s
     # FLOPs: 2 * 1000*4*1*49*80*80 = 2,508,800,000 -> 0.25088 ms at 10,000 GFLOP/s
     assert shape.min_bytes == 131_984_784 and shape.flops == 2_508_800_000
-    assert profiling.floor_ms(shape, CEILINGS) == pytest.approx(0.25088)
-    assert profiling.floor_ms(shape, {**CEILINGS, "copy_gbs": 100.0}) == pytest.approx(1.31984784)
-    assert profiling.floor_ms(shape, {"copy_gbs": 1000.0}) is None
-    assert profiling.floor_ms(shape, profiling.Ceilings(dict(CEILINGS))) == pytest.approx(0.25088)
+    assert floor.floor_ms(shape, CEILINGS) == pytest.approx(0.25088)
+    assert floor.floor_ms(shape, {**CEILINGS, "copy_gbs": 100.0}) == pytest.approx(1.31984784)
+    assert floor.floor_ms(shape, {"copy_gbs": 1000.0}) is None
+    fake = session.Recording("device-ceilings", None, [results.record("device", "ceilings", None, None, m, v)
+                                                        for m, v in CEILINGS.items()])
+    assert floor.floor_ms(shape, ceilings_mod.Ceilings(fake)) == pytest.approx(0.25088)
 
 
 def _cudnn_records(batch=1000):
@@ -392,42 +413,42 @@ def _cudnn_records(batch=1000):
 
 def test_floor_frame_against_the_floor_and_cudnn(results_root, no_gpu):
     fabricate_chapter(results_root, batches=(100, 1000))
-    chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="replay")
-    frame = profiling.floor_frame({"baseline": chapter, "tiled": None}, CEILINGS, _cudnn_records(), batch=1000)
+    chapter = run_chapter(STUDY, "baseline", sizes=[100, 1000], mode="replay")
+    frame = floor.floor_frame(STUDY, {"baseline": chapter, "tiled": None}, CEILINGS, _cudnn_records(), 1000)
     row = frame[(frame["Layer"] == "C1") & (frame["Step"] == "baseline")].iloc[0]
     # op time C1 at 1000 = 10 ms (0.01 * 1000); floor 0.25088 ms -> 2.5 %; cuDNN 1 ms / 10 ms
-    assert row["Op time"] == "10.000 ms" and row["% of floor"] == "2.5 %"
-    assert row["vs cuDNN"] == "0.10×" and row["vs cuDNN TF32"] == "0.05×"
+    assert row["Time"] == "10.000 ms" and row["% of floor"] == "2.5 %"
+    assert row["vs cudnn"] == "0.10×" and row["vs cudnn-tf32"] == "0.05×"
     assert row["GFLOP/s"] == "251"
-    assert (frame[frame["Step"] == "tiled"]["Op time"] == "not recorded yet").all()
+    assert (frame[frame["Step"] == "tiled"]["Time"] == "not recorded yet").all()
     assert set(frame["Step"]) == {"baseline", "tiled", "cudnn", "cudnn-tf32"}
 
 
 def test_ceilings_and_cudnn_replay_when_nothing_is_recorded(results_root, no_gpu):
-    found = profiling.ceilings(mode="auto")
+    found = ceilings_mod.ceilings(mode="auto")
     assert found.session is None and "not recorded yet" in found.status
-    assert "not recorded yet" in profiling.ceilings_table(found).to_html()
-    found = profiling.ceilings(mode="measure")  # no GPU: degrades to replay, never raises
-    assert found.session is None
-    got = profiling.cudnn(mode="auto")
+    assert "not recorded yet" in ceilings_mod.ceilings_table(found).to_html()
+    with pytest.raises(GPUUnavailable):  # measuring is refused in plain words without a GPU
+        ceilings_mod.ceilings(mode="measure")
+    got = vendor.vendor(STUDY, mode="auto")
     assert got.records == [] and got.session is None and "not recorded yet" in got.status
-    assert "not recorded yet" in profiling.sanitizer_table().to_html()
-    assert "not recorded yet" in profiling.ncu_overview(["baseline"]).to_html()
+    assert "not recorded yet" in sanitizer.sanitizer_table(STUDY).to_html()
+    assert "not recorded yet" in ncu.ncu_overview(STUDY, ["baseline"]).to_html()
 
 
 def test_ceilings_are_read_back_from_the_run_or_the_newest(results_root, no_gpu):
     run = results.create_run({"device": DEVICE, "commit": "abc", "host": "h"})
-    run.write_part(profiling.CEILINGS_PART, "device",
+    run.write_part(ceilings_mod.PART, "device",
                    [results.record("device", "ceilings", None, None, m, v, unit="x") for m, v in CEILINGS.items()])
     other = fabricate_chapter(results_root)
-    found = profiling.ceilings_for(other)   # the chapter's run has none: the newest that does
+    found = ceilings_mod.ceilings_for(other)   # the chapter's run has none: the newest that does
     assert found.values == CEILINGS and found.session.run.run_id == run.run_id
-    assert profiling.ceilings(mode="replay").get("copy_gbs") == 1000.0
-    assert "1,000 GB/s" in profiling.ceilings_table(profiling.ceilings_for(run.run_id)).to_html()
+    assert ceilings_mod.ceilings(mode="replay").get("copy_gbs") == 1000.0
+    assert "1,000 GB/s" in ceilings_mod.ceilings_table(ceilings_mod.ceilings_for(run.run_id)).to_html()
 
 
 def test_torch_without_cuda_is_reported_not_raised(monkeypatch):
-    ok, why = profiling.torch_cuda_status()
+    ok, why = vendor.torch_cuda_status()
     if ok:
         pytest.skip("this machine has PyTorch with CUDA")
     assert isinstance(why, str) and why
@@ -440,10 +461,10 @@ def test_roofline_builds_from_fabricated_records(results_root, no_gpu):
     run = fabricate_chapter(results_root, variant="baseline")
     fabricate_chapter(results_root, variant="tiled", run_id=run.run_id)
     _write_ncu(run, "tiled")
-    chapters = {v: run_chapter(v, batch_sizes=[100, 1000], mode="replay") for v in ("baseline", "tiled")}
+    chapters = {v: run_chapter(STUDY, v, sizes=[100, 1000], mode="replay") for v in ("baseline", "tiled")}
     chapters["sweep"] = None
-    ncu = {"tiled": profiling.load_ncu("tiled")[1], "baseline": []}
-    frame = roofline.points_from(chapters, ncu, _cudnn_records(), batch=1000, cudnn_label="cuDNN")
+    profiles = {"tiled": ncu.load_ncu(STUDY, "tiled").records, "baseline": []}
+    frame = roofline.points_from(STUDY, chapters, profiles, _cudnn_records(), size=1000, vendor_label="cuDNN")
     assert len(frame) == 8  # (baseline, tiled, cudnn, cudnn-tf32) x (C1, C3)
     tiled_c1 = frame[(frame["variant"] == "tiled") & (frame["layer"] == "C1")].iloc[0]
     assert tiled_c1["bytes_source"] == "dram (ncu)"
@@ -459,15 +480,17 @@ def test_roofline_builds_from_fabricated_records(results_root, no_gpu):
     assert any("copy bandwidth 1,000 GB/s" in t for t in labels)
     assert any("hollow" in t for t in labels)
     assert any(f"REPLAYED from run(s) {run.run_id}" in t.get_text() for t in fig.texts)
+    numbers = dict(zip(frame["variant"], frame["number"]))
     annotations = [c.get_text() for c in ax.texts]
-    assert "tiled C1" in annotations and "cudnn-tf32 C3" in annotations
+    assert str(numbers["tiled"]) in annotations and str(numbers["cudnn-tf32"]) in annotations
+    assert f"{numbers['tiled']} tiled" in labels  # the legend names each number once
     assert "tiled" in roofline.point_table(frame).to_html()
 
 
 def test_roofline_with_nothing_recorded_still_draws(results_root, no_gpu):
-    frame = roofline.points(["baseline"], batch=1000)
+    frame = roofline.points(STUDY, 1000, steps=["baseline"])
     assert frame.empty
-    fig = roofline.roofline(frame, profiling.ceilings_for(None))
+    fig = roofline.roofline(frame, ceilings_mod.ceilings_for(None))
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "device ceilings not recorded yet" in texts and "no step recorded yet" in texts
     assert "not recorded yet" in roofline.point_table(frame).to_html()
@@ -477,7 +500,7 @@ def test_roofline_with_nothing_recorded_still_draws(results_root, no_gpu):
 
 
 MEMCHECK_CLEAN = """========= COMPUTE-SANITIZER
-profile_target: baseline C1 batch 4 launched
+target: lenet baseline C1 size 4 launched
 ========= ERROR SUMMARY: 0 errors
 """
 MEMCHECK_DIRTY = """========= COMPUTE-SANITIZER
@@ -490,7 +513,7 @@ MEMCHECK_DIRTY = """========= COMPUTE-SANITIZER
 RACECHECK_CLEAN = """========= COMPUTE-SANITIZER
 ========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
 
-profile_target: tiled C1 batch 4 launched
+target: lenet tiled C1 size 4 launched
 """  # as compute-sanitizer 2025.3 printed it on the H100: no ERROR SUMMARY line
 RACECHECK = """========= COMPUTE-SANITIZER
 ========= Error: Race reported between Write access at conv_forward_tiled+0x2a0
@@ -500,42 +523,42 @@ RACECHECK = """========= COMPUTE-SANITIZER
 
 
 def test_sanitizer_summary_parser():
-    assert profiling.parse_sanitizer_summary(MEMCHECK_CLEAN) == {"errors": 0}
-    assert profiling.parse_sanitizer_summary(MEMCHECK_DIRTY)["errors"] == 1024
-    race = profiling.parse_sanitizer_summary(RACECHECK)
+    assert sanitizer.parse_sanitizer_summary(MEMCHECK_CLEAN) == {"errors": 0}
+    assert sanitizer.parse_sanitizer_summary(MEMCHECK_DIRTY)["errors"] == 1024
+    race = sanitizer.parse_sanitizer_summary(RACECHECK)
     assert race == {"errors": 2, "hazards": 3, "hazard_errors": 2, "hazard_warnings": 1}
-    assert profiling.parse_sanitizer_summary(RACECHECK_CLEAN) == {"errors": 0, "hazards": 0, "hazard_errors": 0,
+    assert sanitizer.parse_sanitizer_summary(RACECHECK_CLEAN) == {"errors": 0, "hazards": 0, "hazard_errors": 0,
                                                                   "hazard_warnings": 0}
-    assert profiling.parse_sanitizer_summary(RACECHECK_CLEAN.replace("(0 errors", "(5 errors"))["errors"] == 5
-    assert profiling.parse_sanitizer_summary("Device not supported")["errors"] is None
-    assert profiling.parse_sanitizer_summary("========= ERROR SUMMARY: 1 error")["errors"] == 1
+    assert sanitizer.parse_sanitizer_summary(RACECHECK_CLEAN.replace("(0 errors", "(5 errors"))["errors"] == 5
+    assert sanitizer.parse_sanitizer_summary("Device not supported")["errors"] is None
+    assert sanitizer.parse_sanitizer_summary("========= ERROR SUMMARY: 1 error")["errors"] == 1
 
 
 def test_sanitizer_results_are_recorded_and_shown(results_root, no_gpu):
     run = results.create_run({"device": DEVICE, "commit": "abc", "host": "h"})
-    recs = [profiling.sanitizer_record(tool, "baseline", layer, 4,
+    recs = [sanitizer.sanitizer_record(STUDY, tool, "baseline", layer, 4,
                                        {"errors": errors, "rc": 0 if not errors else 1, "passed": not errors})
             for tool, errors in (("memcheck", 0), ("racecheck", 3)) for layer in ("C1", "C3")]
-    recs.append(profiling.sanitizer_record("memcheck", "tiled", "C1", 4, {"errors": None, "rc": None, "passed": False}))
-    run.write_part(profiling.SANITIZER_PART, "lenet", recs, parameters={"batch": 4})
-    html = profiling.sanitizer_table().to_html()
+    recs.append(sanitizer.sanitizer_record(STUDY, "memcheck", "tiled", "C1", 4, {"errors": None, "rc": None, "passed": False}))
+    run.write_part(sanitizer.part(STUDY), "lenet", recs, parameters={"batch": 4})
+    html = sanitizer.sanitizer_table(STUDY).to_html()
     assert "pass (0 errors)" in html and "FAIL (3 errors)" in html and "did not run" in html
     assert "Test GPU 9000" in html
 
 
 def test_sanitizer_command_uses_error_exitcode():
-    cmd = profiling.sanitizer_command("racecheck", "tiled", {"C1": {}}, 4, ["C1"], "/cs")
+    cmd = sanitizer.sanitizer_command(STUDY, "racecheck", "tiled", {"C1": {}}, 4, ["C1"], "/cs")
     assert cmd[:5] == ["/cs", "--tool", "racecheck", "--error-exitcode", "1"]
-    assert "kernelbook.lenet.profile_target" in cmd
+    assert "kernelbook.evidence.target" in cmd
 
 
 def test_tools_missing_here_are_reported_not_raised(monkeypatch):
-    monkeypatch.setattr(profiling, "sanitizer_path", lambda: None)
-    with pytest.raises(profiling.ProfilerUnavailable, match="not installed"):
-        profiling.run_sanitizer("memcheck", "baseline")
-    monkeypatch.setattr(profiling, "ncu_path", lambda: None)
-    with pytest.raises(profiling.ProfilerUnavailable, match="not installed"):
-        profiling.run_ncu("baseline")
+    monkeypatch.setattr(sanitizer, "sanitizer_path", lambda: None)
+    with pytest.raises(tools.ProfilerUnavailable, match="not installed"):
+        sanitizer.run_sanitizer(STUDY, "memcheck", "baseline")
+    monkeypatch.setattr(ncu, "ncu_path", lambda: None)
+    with pytest.raises(tools.ProfilerUnavailable, match="not installed"):
+        ncu.run_ncu(STUDY, "baseline")
 
 
 # ----------------------------------------------------------------------------- the page

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from kernelbook import reference
+from kernelbook.lenet import reference
 from kernelbook.errors import ShapeError
-from kernelbook.reference import accuracy, conv2d_reference, forward_reference, max_pool, predict
-from kernelbook.weights import LeNetWeights, default_weights_path, read_weights
+from kernelbook.lenet.reference import accuracy, conv2d_reference, forward_reference, max_pool, predict
+from kernelbook.lenet.weights import LeNetWeights, default_weights_path, read_weights
 
 # --------------------------------------------------------------------------- naive versions
 
@@ -265,7 +265,7 @@ def test_accuracy() -> None:
 
 
 def test_shipped_weights_reach_088_on_the_test_set() -> None:
-    from kernelbook.data import load_test_set
+    from kernelbook.lenet.data import load_test_set
 
     path = default_weights_path()
     assert path.is_file(), f"{path} is missing: run python scripts/train_lenet.py"

@@ -55,7 +55,7 @@ def test_malformed_files_fail_clearly(results_root):
         run.read_part("lenet-baseline")
     assert str(path) in str(info.value) and "Fix:" in str(info.value)
 
-    payload = {"schema": 1, "run_id": run.run_id, "name": "x", "study": "lenet", "mode": "measure",
+    payload = {"schema": 1, "run_id": run.run_id, "name": "x", "study": "lenet", "mode": "measure", "checks": [],
                "records": [{"study": "lenet", "variant": "baseline", "layer": "C1", "batch": -5,
                             "metric": "op_time_ms", "value": 1.0}]}
     path.write_text(json.dumps(payload))

@@ -2,17 +2,18 @@
 
 import pytest
 
-from kernelbook import profiling
+from kernelbook.evidence import sanitizer, tools
+from kernelbook.lenet import STUDY
 
 pytestmark = pytest.mark.gpu
 
 
 def _sanitize(tool, variant):
-    if profiling.sanitizer_path() is None:
+    if tools.sanitizer_path() is None:
         pytest.skip("compute-sanitizer is not installed here")
     try:
-        return profiling.run_sanitizer(tool, variant, batch=2, timeout=300)
-    except profiling.ProfilerUnavailable as exc:
+        return sanitizer.run_sanitizer(STUDY, tool, variant, batch=2, timeout=300)
+    except tools.ProfilerUnavailable as exc:
         if "cannot use this GPU" in exc.message:
             pytest.skip(exc.message)
         raise

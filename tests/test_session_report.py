@@ -1,24 +1,31 @@
 import pytest
 
 from kernelbook import report, session
-from kernelbook.errors import GPUUnavailable, ResultsError, ShapeError
-from kernelbook.lenet.study import run_chapter
+from kernelbook.chapter import run_chapter
+from kernelbook.errors import GPUUnavailable, ParameterError, ResultsError, StepError
+from kernelbook.lenet import STUDY
+from kernelbook.lenet.tables import expectations, reported, reported_table
 
 from conftest import fabricate_chapter
+
+LENET_COLUMNS = ["Batch Size", "Op Time 1", "Op Time 2", "Layer Time 1", "Layer Time 2",
+                 "Total Execution Time", "Accuracy"]
 
 
 def test_auto_mode_without_gpu_replays_and_says_so(results_root, no_gpu):
     run = fabricate_chapter(results_root)
-    chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="auto")
+    chapter = run_chapter(STUDY, "baseline", sizes=[100, 1000], mode="auto")
     assert chapter.session.mode == "replay"
     assert "Replayed" in chapter.label and "not measured now" in chapter.label
     assert "Test GPU 9000" in chapter.label and "abc123def456" in chapter.label and run.run_id in chapter.label
     frame = report.milestone_frame(chapter)
-    assert list(frame.columns) == report.MILESTONE_COLUMNS
+    assert list(frame.columns) == LENET_COLUMNS
     assert frame["Batch Size"].tolist() == [100, 1000]
     assert frame.loc[1, "Op Time 2"] == "20.000 ms"  # 0.01 * 1000 * 2, the median of the samples
     html = report.milestone_table(chapter).to_html()
-    assert "Replayed" in html and "Test GPU 9000" in html
+    assert "replayed" in html and "Test GPU 9000" in html
+    banner = chapter.banner().data
+    assert banner.count("Test GPU 9000") == 1 and run.run_id in banner and "abc123def456" in banner
 
 
 def test_measure_mode_without_gpu_is_refused_with_fix(results_root, no_gpu):
@@ -27,7 +34,7 @@ def test_measure_mode_without_gpu_is_refused_with_fix(results_root, no_gpu):
 
 
 def test_unknown_mode_and_missing_replay_are_clear(results_root, no_gpu):
-    with pytest.raises(ShapeError, match="auto"):
+    with pytest.raises(ParameterError, match="auto"):
         session.start("lenet-baseline", mode="fast")
     with pytest.raises(ResultsError, match="No recorded run"):
         session.start("lenet-baseline", mode="replay")
@@ -38,40 +45,48 @@ def test_unknown_mode_and_missing_replay_are_clear(results_root, no_gpu):
 
 def test_failed_variant_shows_failed_and_no_times(results_root, no_gpu):
     fabricate_chapter(results_root, correct=False)
-    chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="replay")
+    chapter = run_chapter(STUDY, "baseline", sizes=[100, 1000], mode="replay")
     assert not chapter.correct
     frame = report.milestone_frame(chapter)
     assert (frame["Op Time 1"] == "FAILED check").all()
     assert report.throughput(chapter).empty
-    assert "failed" in report.expectations(chapter)[0]
+    assert "failed" in expectations(chapter)[0]
 
 
 def test_bad_chapter_parameters_are_rejected_before_anything_runs(results_root, no_gpu):
-    with pytest.raises(ShapeError, match="batch=0"):
-        run_chapter("baseline", batch_sizes=[0])
-    with pytest.raises(ShapeError, match="10000"):
-        run_chapter("baseline", batch_sizes=[20000])
-    with pytest.raises(ShapeError, match="tile_width"):
-        run_chapter("baseline", params={"tile_size": 8})
-    with pytest.raises(ShapeError, match="repeats"):
-        run_chapter("baseline", repeats=0)
-    from kernelbook.errors import VariantError
+    with pytest.raises(ParameterError, match="0, which is not a positive integer"):
+        run_chapter(STUDY, "baseline", sizes=[0])
+    with pytest.raises(ParameterError, match="10000"):
+        run_chapter(STUDY, "baseline", sizes=[20000])
+    with pytest.raises(ParameterError, match="tile_width"):
+        run_chapter(STUDY, "baseline", params={"tile_size": 8})
+    with pytest.raises(ParameterError, match="repeats"):
+        run_chapter(STUDY, "baseline", repeats=0)
+    with pytest.raises(StepError, match="baseline"):
+        run_chapter(STUDY, "warp-speed")
 
-    with pytest.raises(VariantError, match="baseline"):
-        run_chapter("warp-speed")
+
+@pytest.mark.parametrize("value, words", [("abc", "not a list"), (100, "not a list"), ([100, "x"], "'x'"),
+                                          ([], "empty"), ([True], "True")])
+def test_bad_sizes_get_a_message_with_an_example_in_every_mode(results_root, no_gpu, value, words):
+    fabricate_chapter(results_root)
+    for mode in ("auto", "replay"):
+        with pytest.raises(ParameterError, match="batch_sizes") as info:
+            run_chapter(STUDY, "baseline", sizes=value, mode=mode)
+        assert words in info.value.message and "e.g. batch_sizes=[" in info.value.fix
 
 
 def test_expectations_are_computed_from_the_numbers(results_root, no_gpu):
     fabricate_chapter(results_root)
-    chapter = run_chapter("baseline", batch_sizes=[100, 1000], mode="replay")
-    lines = report.expectations(chapter)
+    chapter = run_chapter(STUDY, "baseline", sizes=[100, 1000], mode="replay")
+    lines = expectations(chapter)
     assert any("C1: 10× the images took 10.0× the op time" in line for line in lines)
     assert any("C3 does 2.89× C1's arithmetic and took 2.00× its time" in line for line in lines)
     assert any("68%" in line for line in lines)  # layer time 3.15x op time
 
 
 def test_reported_numbers_are_labelled_with_seed_and_gpu():
-    frame = report.reported("baseline")
+    frame = reported("baseline")
     assert set(frame["seed"]) >= {"000_5388518cb9c15bca.txt", "003_4c82151979bc1aa8.txt"}
-    html = report.reported_table("baseline").to_html()
+    html = reported_table("baseline").to_html()
     assert "Reported" in html and "TITAN V" in html

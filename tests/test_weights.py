@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernelbook import weights as wmod
+from kernelbook.lenet import weights as wmod
 from kernelbook.errors import DataError, ShapeError
-from kernelbook.weights import LAYER_COUNTS, LeNetWeights, read_weights, write_weights
+from kernelbook.lenet.weights import LAYER_COUNTS, LeNetWeights, read_weights, write_weights
 
 
 def random_weights(seed: int = 0) -> LeNetWeights:

@@ -93,8 +93,10 @@ def make_book(root: Path, *, with_bad: bool = True, real_config: bool = True) ->
     return root
 
 
-def write_executed(path: Path, text: str, *, crashed: bool = False) -> Path:
-    """A fabricated executed notebook (as papermill would leave it) with one printed output."""
+def write_executed(path: Path, text: str, *, crashed: bool = False, status: str | None = None,
+                   source: Path | None = None, record: bool = True) -> Path:
+    """A fabricated executed notebook (as papermill would leave it) with one printed output, and
+    its entry in the batch record ``batch.json`` beside it (``status`` ok, or failed if crashed)."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["papermill"] = {"exception": True if crashed else None}
@@ -103,4 +105,18 @@ def write_executed(path: Path, text: str, *, crashed: bool = False) -> Path:
     nb.cells = [nbformat.v4.new_markdown_cell("# Good chapter"), cell]
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
+    if record:
+        import json
+
+        from kernelbook.batch import source_digest
+
+        root = path.parent.parent
+        batch = root / "batch.json"
+        data = json.loads(batch.read_text()) if batch.is_file() else {"notebooks": []}
+        name = f"{path.parent.name}/{path.stem}"
+        data["notebooks"] = [nb for nb in data["notebooks"] if nb["name"] != name] + [{
+            "name": name, "status": status or ("failed" if crashed else "ok"),
+            "error": "RuntimeError: boom" if crashed else None,
+            "source_sha256": source_digest(source) if source else None}]
+        batch.write_text(json.dumps(data))
     return path

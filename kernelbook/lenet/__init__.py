@@ -1,54 +1,52 @@
-"""The LeNet-86 study: the network, its two convolution layers and their kernel variants.
+"""The LeNet-86 study: the network, its two convolution layers and the steps that compute them.
 
 Public API::
 
     from kernelbook import lenet
     y = lenet.conv_forward(x, k, variant="baseline", tile_width=16)   # CuPy arrays, any valid shape
-    lenet.variant_names()                                           # every registered step
+    lenet.variant_names()                                           # every step, in book order
+    lenet.STUDY                                                     # what the harness is handed
 """
 
 from __future__ import annotations
 
-from .variants import REGISTRY, ConvShape, ConvVariant, get_variant
-from . import direct, gemm  # noqa: F401  (their @register lines fill REGISTRY, in book order)
-from ..errors import ShapeError
+from .. import gpu
+from ..errors import GPUUnavailable, ShapeError
+from .problem import LAYERS, MAX_BATCH, ConvShape, check_batch, layer_shape
+from .steps import STEPS
+from .variants import ConvVariant
 
-# The two layers the book studies ("Op 1" and "Op 2"), per image: x (C,H,W) and k (M,C,K,K).
-LAYERS = {
-    "C1": {"C": 1, "H": 86, "W": 86, "M": 4, "K": 7},
-    "C3": {"C": 4, "H": 40, "W": 40, "M": 16, "K": 7},
-}
+STUDY_NAME = "lenet"
 
 
-def layer_shape(layer: str, batch: int) -> ConvShape:
-    """The network's shape of ``layer`` (``C1`` or ``C3``) for ``batch`` images."""
-    if layer not in LAYERS:
-        raise ShapeError(f"Unknown layer {layer!r}.", f"use one of: {', '.join(LAYERS)}.")
-    check_batch(batch)
-    d = LAYERS[layer]
-    return ConvShape(B=batch, M=d["M"], C=d["C"], H=d["H"], W=d["W"], K=d["K"])
-
-
-def check_batch(batch: int) -> int:
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
-        raise ShapeError(f"batch={batch!r} must be a positive integer.", "pass a batch size such as 100, 1000 or 10000.")
-    return batch
+def get_variant(slug: str) -> ConvVariant:
+    """The implementation of step ``slug`` (an unknown slug is an error listing the valid ones)."""
+    return STEPS.impl(slug)
 
 
 def variant_names() -> list[str]:
-    return list(REGISTRY)
+    return STEPS.slugs()
+
+
+def require_gpu(what: str = "This call") -> None:
+    """Refuse in plain words when no CUDA GPU can be used (never a raw driver error)."""
+    ok, why = gpu.availability()
+    if not ok:
+        raise GPUUnavailable(f"{what} needs a CUDA GPU, and there is none usable here ({why}).",
+                             "run it on a machine with an NVIDIA GPU; the book itself replays recorded runs without one.")
 
 
 def conv_forward(x, k, variant: str = "baseline", out=None, stream=None, **params):
-    """Forward convolution of CuPy arrays x (B,C,H,W) and k (M,C,K,K) with one kernel variant.
+    """Forward convolution of CuPy arrays x (B,C,H,W) and k (M,C,K,K) with one step's kernel.
 
     Shapes and parameters are validated before anything is launched; ``out`` (optional) must be
     a float32 C-contiguous CuPy array of shape (B, M, H-K+1, W-K+1).
     """
-    import cupy as cp
-
     impl = get_variant(variant)
     merged = impl.params(**params)
+    require_gpu("conv_forward")
+    import cupy as cp
+
     for name, arr in (("x", x), ("k", k)):
         if not isinstance(arr, cp.ndarray) or arr.dtype != cp.float32 or not arr.flags.c_contiguous:
             raise ShapeError(f"{name} must be a C-contiguous float32 CuPy array (got {type(arr).__name__}"
@@ -65,5 +63,7 @@ def conv_forward(x, k, variant: str = "baseline", out=None, stream=None, **param
     return out
 
 
-__all__ = ["ConvShape", "ConvVariant", "LAYERS", "conv_forward", "get_variant", "layer_shape",
-           "variant_names", "check_batch"]
+from .study import STUDY  # noqa: E402  (the study object needs the functions above)
+
+__all__ = ["ConvShape", "ConvVariant", "LAYERS", "MAX_BATCH", "STEPS", "STUDY", "conv_forward", "get_variant",
+           "layer_shape", "variant_names", "check_batch", "require_gpu"]

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import math
 
-from ..errors import ShapeError
-from .variants import GRID_YZ_MAX, ConvShape, ConvVariant, ceil_div, int32, register
+from ..errors import LaunchLimitError, ParameterError, ShapeError
+from .. import limits
+from .variants import GRID_YZ_MAX, ConvShape, ConvVariant, ceil_div, int32
 
 CONST_CAPACITY = 16384         # floats: the 64 KiB constant bank available to user data
 STATIC_SHARED_LIMIT = 48 * 1024  # bytes a block may use without opting in
@@ -16,7 +17,7 @@ STATIC_SHARED_LIMIT = 48 * 1024  # bytes a block may use without opting in
 
 def _check_block(threads: int, what: str) -> None:
     if not 1 <= threads <= 1024:
-        raise ShapeError(f"{what} gives {threads} threads per block; CUDA allows 1 to 1024.",
+        raise LaunchLimitError(f"{what} gives {threads} threads per block; CUDA allows 1 to 1024.",
                          "choose a smaller tile or fewer images per block.")
 
 
@@ -24,7 +25,7 @@ def _positive_int(params: dict, *names: str) -> None:
     for name in names:
         value = params[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ShapeError(f"{name}={value!r} must be a positive integer.", f"pass {name} >= 1.")
+            raise ParameterError(f"{name}={value!r} must be a positive integer.", f"pass {name} >= 1.")
 
 
 class ConstantMask(ConvVariant):
@@ -41,7 +42,7 @@ class ConstantMask(ConvVariant):
                 "GEMM steps), or split the output maps into groups that fit.",
             )
         if shape.M > GRID_YZ_MAX:
-            raise ShapeError(f"M={shape.M} goes to grid y, which stops at {GRID_YZ_MAX}.",
+            raise LaunchLimitError(f"M={shape.M} goes to grid y, which stops at {GRID_YZ_MAX}.",
                              f"split the maps into groups of at most {GRID_YZ_MAX}.")
 
     def upload_mask(self, k, params: dict, shape: ConvShape, stream=None) -> None:
@@ -49,10 +50,9 @@ class ConstantMask(ConvVariant):
         from .. import kernels
 
         module = kernels.get_module(self.source, self.defines(params, shape))
-        module.get_global("k_const").copy_from_device_async(k.data, k.nbytes, stream)
+        kernels.upload_constant(module, "k_const", k, k.nbytes, stream)
 
 
-@register
 class ConstantMemory(ConstantMask):
     """Step 01: the baseline's mapping, weights read through the constant cache.
 
@@ -60,9 +60,6 @@ class ConstantMemory(ConstantMask):
     FMA off the LSU path: a modest gain (10-30 %), larger for C1 whose input plane is one channel.
     """
 
-    slug = "constant-memory"
-    title = "Weights in constant memory"
-    source = "lenet/01_constant_memory.cu"
     kernel_names = ("conv_forward_constant",)
     defaults = {"tile_width": 16}
 
@@ -74,7 +71,7 @@ class ConstantMemory(ConstantMask):
         _positive_int(params, "tile_width")
         _check_block(params["tile_width"] ** 2, f"tile_width={params['tile_width']}")
         if shape.B > GRID_YZ_MAX:
-            raise ShapeError(f"B={shape.B} goes to grid z, which stops at {GRID_YZ_MAX}.",
+            raise LaunchLimitError(f"B={shape.B} goes to grid z, which stops at {GRID_YZ_MAX}.",
                              f"split the batch into chunks of at most {GRID_YZ_MAX} images.")
 
     def launch(self, y, x, k, shape, params, stream=None):
@@ -86,7 +83,6 @@ class ConstantMemory(ConstantMask):
             (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
 
 
-@register
 class Sweep(ConstantMask):
     """Step 02: block shape x outputs per thread x images per block, chosen per layer by measuring.
 
@@ -94,9 +90,6 @@ class Sweep(ConstantMask):
     (17x17) or several images per block should move C3 more than C1.
     """
 
-    slug = "sweep"
-    title = "Parameter sweep: block shape, coarsening, images per block"
-    source = "lenet/02_sweep.cu"
     kernel_names = ("conv_forward_sweep",)
     defaults = {"tile_w": 16, "tile_h": 16, "out_per_thread": 1, "imgs_per_block": 1}
 
@@ -110,11 +103,13 @@ class Sweep(ConstantMask):
         _positive_int(params, *self.defaults)
         threads = params["tile_w"] * params["tile_h"] * params["imgs_per_block"]
         _check_block(threads, f"{params['tile_w']}x{params['tile_h']}x{params['imgs_per_block']}")
+        limits.check_launch((1, 1, ceil_div(shape.B, params["imgs_per_block"])),
+                            (params["tile_w"], params["tile_h"], params["imgs_per_block"]), what=f"The {self.slug} block")
         if params["out_per_thread"] > 16:
-            raise ShapeError(f"out_per_thread={params['out_per_thread']} keeps too many accumulators.",
+            raise ParameterError(f"out_per_thread={params['out_per_thread']} keeps too many accumulators.",
                              "pass out_per_thread <= 16.")
         if ceil_div(shape.B, params["imgs_per_block"]) > GRID_YZ_MAX:
-            raise ShapeError(f"B={shape.B} needs more than {GRID_YZ_MAX} blocks in grid z.",
+            raise LaunchLimitError(f"B={shape.B} needs more than {GRID_YZ_MAX} blocks in grid z.",
                              "raise imgs_per_block or split the batch.")
 
     def launch(self, y, x, k, shape, params, stream=None):
@@ -151,14 +146,16 @@ class TiledBase(ConstantMask):
         _positive_int(params, "tile_width", "imgs_per_block")
         _check_block(params["tile_width"] ** 2 * params["imgs_per_block"],
                      f"tile_width={params['tile_width']}, imgs_per_block={params['imgs_per_block']}")
+        grid, block = self.grid_block(shape, params)
+        limits.check_launch(grid, block, what=f"The {self.slug} block")
         need = self.patch_bytes(shape, params)
         if need > STATIC_SHARED_LIMIT:
-            raise ShapeError(
+            raise LaunchLimitError(
                 f"The input patch needs {need} bytes of shared memory per block (K={shape.K}); "
                 f"the limit without opt-in is {STATIC_SHARED_LIMIT}.",
                 "use a smaller tile_width or imgs_per_block.")
         if ceil_div(shape.B, params["imgs_per_block"]) > GRID_YZ_MAX:
-            raise ShapeError(f"B={shape.B} needs more than {GRID_YZ_MAX} blocks in grid z.",
+            raise LaunchLimitError(f"B={shape.B} needs more than {GRID_YZ_MAX} blocks in grid z.",
                              "raise imgs_per_block or split the batch.")
 
     def grid_block(self, shape, params):
@@ -167,7 +164,6 @@ class TiledBase(ConstantMask):
         return (tiles, shape.M, ceil_div(shape.B, imgs)), (tile, tile, imgs)
 
 
-@register
 class Tiled(TiledBase):
     """Step 03: input patch (tile + halo) in shared memory, several images per block in z.
 
@@ -175,9 +171,6 @@ class Tiled(TiledBase):
     to K*K times; with the re-reads served by shared memory both layers should drop by 2-5x.
     """
 
-    slug = "tiled"
-    title = "Tiled shared-memory convolution"
-    source = "lenet/03_tiled.cu"
     kernel_names = ("conv_forward_tiled",)
 
     def defines(self, params, shape):
@@ -192,7 +185,6 @@ class Tiled(TiledBase):
             stream=stream, shared_mem=self.patch_bytes(shape, params))
 
 
-@register
 class RestrictUnroll(TiledBase):
     """Step 04: K as a compile-time constant, the window fully unrolled, __restrict__ pointers.
 
@@ -200,9 +192,6 @@ class RestrictUnroll(TiledBase):
     shared offsets for K=7); fewer instructions per FMA should cut 20-40 % off both layers.
     """
 
-    slug = "restrict-unroll"
-    title = "__restrict__ and loop unrolling"
-    source = "lenet/04_restrict_unroll.cu"
     kernel_names = ("conv_forward_restrict_unroll",)
 
     def defines(self, params, shape):
@@ -220,7 +209,6 @@ class RestrictUnroll(TiledBase):
             grid, block, (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W)), stream=stream)
 
 
-@register
 class Streams(RestrictUnroll):
     """Step 05: step 04's kernel, the batch cut into chunks over several streams.
 
@@ -229,9 +217,6 @@ class Streams(RestrictUnroll):
     copy times; with pageable memory little changes. Op Time cannot improve.
     """
 
-    slug = "streams"
-    title = "Streams: overlapping copies and kernels"
-    source = "lenet/05_streams.cu"
     kernel_names = ("conv_forward_restrict_unroll",)
     defaults = {"tile_width": 16, "imgs_per_block": 4, "n_streams": 4, "chunks_per_stream": 4,
                 "host_memory": "pinned"}
@@ -246,9 +231,9 @@ class Streams(RestrictUnroll):
         super().validate(shape, params)
         _positive_int(params, "n_streams", "chunks_per_stream")
         if params["n_streams"] > 64:
-            raise ShapeError(f"n_streams={params['n_streams']} is more than this step uses.", "pass 1 to 64 streams.")
+            raise ParameterError(f"n_streams={params['n_streams']} is more than this step uses.", "pass 1 to 64 streams.")
         if params["host_memory"] not in ("pinned", "pageable"):
-            raise ShapeError(f"host_memory={params['host_memory']!r} is not 'pinned' or 'pageable'.",
+            raise ParameterError(f"host_memory={params['host_memory']!r} is not 'pinned' or 'pageable'.",
                              "pass host_memory='pinned' or 'pageable'.")
 
     def chunks(self, batch: int, params: dict) -> list[tuple[int, int]]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import conv_forward, get_variant
-from ..weights import LeNetWeights
+from .weights import LeNetWeights
 
 
 def max_pool(x, size: int):

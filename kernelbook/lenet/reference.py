@@ -21,7 +21,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import DTypeLike
 
 from kernelbook.errors import ShapeError
-from kernelbook.weights import LeNetWeights
+from kernelbook.lenet.weights import LeNetWeights
 
 INPUT_SHAPE = (1, 86, 86)
 N_CLASSES = 10

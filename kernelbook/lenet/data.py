@@ -26,6 +26,7 @@ from typing import IO, BinaryIO, Literal
 import numpy as np
 
 from kernelbook import paths
+from kernelbook.atomic import write_atomic as atomic_write
 from kernelbook.errors import DataError, ShapeError
 
 IMAGE_SIZE = 86
@@ -140,26 +141,6 @@ def write_idx(path: str | os.PathLike[str], array: np.ndarray) -> None:
         # mtime=0 keeps the output byte-identical for identical input.
         payload = gzip.compress(payload, mtime=0)
     atomic_write(path, lambda f: f.write(payload))
-
-
-def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write a file through ``write(f)`` into a temp file beside it, then ``os.replace`` it.
-
-    Readers therefore see either the old file or the complete new one, never a partial file,
-    even if the writer is interrupted or two processes race.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; these are ordinary shareable files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # --------------------------------------------------------------------------- resize

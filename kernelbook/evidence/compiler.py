@@ -1,8 +1,8 @@
 """What the compiler did with each step: ptxas resources and the SASS instruction mix.
 
-Recorded with the run (part ``lenet-<variant>-compiler``) so that a replay shows the evidence of
+Recorded with the run (part ``<study>-<step>-compiler``) so that a replay shows the evidence of
 the build that was timed. ``nvcc`` makes the cubin for sm_90 (the H100's architecture) with the
-parameters each layer used; ``cuobjdump -sass`` disassembles it where it is installed (on the
+parameters each case used; ``cuobjdump -sass`` disassembles it where it is installed (on the
 device machine; the report says when it was not).
 """
 
@@ -13,10 +13,8 @@ import re
 import shutil
 import subprocess
 
-from .. import kernels, results, session as session_mod
-from . import LAYERS, get_variant, layer_shape
-
-STUDY = "lenet"
+from .. import kernels, results
+from .. import session as session_mod
 SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?\b")
 SHOWN_OPCODES = ("FFMA", "FMUL", "FADD", "HFMA2", "HMMA", "IMAD", "IADD3", "LDG", "LDS", "LDC", "ULDC", "LDL",
                  "STG", "STS", "STL", "BAR", "BRA")
@@ -44,57 +42,55 @@ def sass_counts(cubin) -> dict[str, collections.Counter]:
     return counts
 
 
-def collect(variant: str, layer_params: dict) -> list[dict]:
-    """Compile each layer's configuration with nvcc and describe every kernel in it."""
-    impl = get_variant(variant)
+def collect(study, variant: str, case_params: dict) -> list[dict]:
+    """Compile each case's configuration with nvcc and describe every kernel in it."""
+    impl = study.impl(variant)
     records = []
-    for layer in LAYERS:
-        params = impl.params(**layer_params.get(layer, {}))
-        cubin, report = kernels.compile_cubin(impl.source, impl.defines(params, layer_shape(layer, 1)))
-        sass = sass_counts(cubin)
+    built = {}
+    for case in study.cases:
+        params = impl.params(**case_params.get(case, {}))
+        defines = impl.defines(params, study.problem(case, 1))
+        key = tuple(sorted(defines.items()))
+        if key not in built:
+            cubin, report = kernels.compile_cubin(impl.source, defines, arch=getattr(impl, "arch", "sm_90"))
+            built[key] = (report, sass_counts(cubin))
+        report, sass = built[key]
         for fn in report:
             base = {"kernel": fn.name}
             for metric in ("registers", "shared_bytes", "constant_bytes", "stack_frame_bytes",
                            "spill_store_bytes", "spill_load_bytes"):
-                records.append(results.record(STUDY, variant, layer, None, metric, getattr(fn, metric), **base))
+                records.append(results.record(study.name, variant, case, None, metric, getattr(fn, metric), **base))
             for opcode, count in sorted(sass.get(fn.name, {}).items()):
-                records.append(results.record(STUDY, variant, layer, None, f"sass_{opcode}", count, **base))
+                records.append(results.record(study.name, variant, case, None, f"sass_{opcode}", count, **base))
     return records
 
 
-def for_chapter(chapter):
-    """The compiler evidence of a chapter's build: recorded into its run when it measures,
-    read from its run (or the newest run that has it) when it replays."""
+def for_chapter(chapter) -> session_mod.Recording:
+    """The compiler evidence of a chapter's build: recorded into its run when it measures, read
+    from its run (or the newest run that has it) when it replays."""
+    study = chapter.study
+    case_params = chapter.case_params()
+    run = chapter.session.run
+
+    def measure() -> session_mod.Measurement:
+        return session_mod.Measurement(collect(study, chapter.variant, case_params))
+
+    mode = "measure" if chapter.session.measuring else "replay"
+    return session_mod.recorded(study.part(chapter.variant, "compiler"), study.name, measure,
+                                parameters={study.case_params_name: chapter.parameters.get(study.case_params_name) or {},
+                                            "sass": cuobjdump_path() is not None},
+                                mode=mode, run_id=run.run_id if mode == "measure" else None, prefer_run=run.run_id,
+                                required=False, compare={})
+
+
+def table(found: session_mod.Recording):
+    """Registers, shared memory and spills, then the SASS mix, per kernel and case."""
     import pandas as pd
 
-    name = f"{STUDY}-{chapter.variant}-compiler"
-    run = chapter.session.run
-    layer_params = chapter.parameters.get("layer_params") or {}
-    if chapter.session.measuring:
-        records = collect(chapter.variant, _layer_params(chapter))
-        run.write_part(name, STUDY, records, parameters={"layer_params": layer_params,
-                                                         "sass": cuobjdump_path() is not None})
-        sess = chapter.session
-    else:
-        source = results.run_with(name, run.run_id)
-        if source is None:
-            return None, pd.DataFrame()
-        records = source.read_part(name)["records"]
-        sess = session_mod.Session(name, "replay", source, chapter.session.reason)
-    return sess, pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in records])
-
-
-def _layer_params(chapter) -> dict:
-    params = chapter.parameters.get("params") or {}
-    per_layer = chapter.parameters.get("layer_params") or {}
-    return {layer: {**params, **per_layer.get(layer, {})} for layer in LAYERS}
-
-
-def evidence_table(sess, frame):
-    """Registers, shared memory and spills, then the SASS mix, per kernel and layer."""
     from ..report import message_table, styled
 
-    if sess is None or frame.empty:
+    frame = pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in found.records])
+    if not found.found or frame.empty:
         return message_table("no kernels", "No compiler evidence was recorded for this step.")
     wide = frame.pivot_table(index=["kernel", "layer"], columns="metric", values="value", aggfunc="first")
     keep = [c for c in ("registers", "shared_bytes", "spill_store_bytes", "stack_frame_bytes") if c in wide]
@@ -102,4 +98,4 @@ def evidence_table(sess, frame):
     wide = wide[keep].fillna(0).astype(int).reset_index()
     wide.columns = [c.replace("sass_", "") for c in wide.columns]
     note = "" if any(c.startswith("sass_") for c in frame["metric"]) else " (no SASS: cuobjdump was not installed where this was recorded)"
-    return styled(wide, f"ptxas report and static SASS instruction counts, sm_90{note}. {sess.label}")
+    return styled(wide, f"ptxas report and static SASS instruction counts, sm_90{note}. [{found.short_label}]")

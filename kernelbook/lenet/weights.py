@@ -19,7 +19,7 @@ from typing import ClassVar
 import numpy as np
 
 from kernelbook import paths
-from kernelbook.data import atomic_write
+from kernelbook.atomic import write_atomic as atomic_write
 from kernelbook.errors import DataError, ShapeError
 
 #: Layer names of the course's network, in file order.

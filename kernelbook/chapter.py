@@ -1,0 +1,207 @@
+"""One chapter of any study: check a step, time it (or replay it), and show it section by section.
+
+A notebook holds its parameters cell, its narrative and one call per section::
+
+    chapter = run_chapter(STUDY, step, params=params, batch_sizes=batch_sizes, mode=mode, ...)
+    chapter.banner()        # measured or replayed: device, date, commit, run; warnings
+    chapter.source()        # the .cu file
+    chapter.compiler()      # ptxas resources and SASS mix
+    chapter.correctness()   # float64 checks
+    chapter.milestone()     # the study's milestone table
+    chapter.reported()      # what the write-ups report
+    chapter.deltas()        # against the baseline and the previous step (table and figure)
+    chapter.profiler()      # Nsight Compute
+    chapter.verdict()       # sentences computed from the records
+
+so that changing a section is one edit here, not one per notebook. The previous step is the
+study's step list's (``StepList.previous``), never typed in a notebook.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import params as P
+from . import session as session_mod
+from .measure import check_repeats
+from .steps import Step
+from .study import Study
+
+
+@dataclass
+class Chapter:
+    """A step's recording with its study: what every section reads."""
+
+    study: Study
+    step: Step
+    recording: session_mod.Recording
+
+    # ------------------------------------------------------------------ the recording
+
+    @property
+    def variant(self) -> str:
+        return self.step.slug
+
+    @property
+    def session(self) -> session_mod.Session:
+        return self.recording.session
+
+    @property
+    def records(self) -> list[dict]:
+        return self.recording.records
+
+    @property
+    def checks(self) -> list[dict]:
+        return self.recording.checks
+
+    @property
+    def parameters(self) -> dict:
+        return self.recording.parameters
+
+    @property
+    def extra(self) -> dict:
+        return self.recording.extra
+
+    @property
+    def label(self) -> str:
+        return self.recording.label
+
+    @property
+    def correct(self) -> bool:
+        flags = [r["value"] for r in self.records if r["metric"] == "correct"]
+        return bool(flags) and all(v == 1.0 for v in flags)
+
+    def case_params(self) -> dict[str, dict]:
+        """The parameters each case was timed with (chapter-wide under per-case ones)."""
+        params = self.parameters.get("params") or {}
+        per_case = self.parameters.get(self.study.case_params_name) or {}
+        return {case: {**params, **(per_case.get(case) or {})} for case in self.study.cases}
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in self.records])
+
+    def _repr_markdown_(self) -> str:
+        return self.recording._repr_markdown_()
+
+    # ------------------------------------------------------------------ sections
+
+    def banner(self):
+        from .report import banner
+
+        return banner(self.recording)
+
+    def source(self, start: str | None = None):
+        from .report import show_source
+
+        return show_source(self.step.source, start)
+
+    def compiler(self):
+        from .evidence import compiler
+
+        return compiler.table(compiler.for_chapter(self))
+
+    def correctness(self):
+        from .report import check_table
+
+        return check_table(self)
+
+    def milestone(self):
+        from .report import milestone_table
+
+        return milestone_table(self)
+
+    def reported(self):
+        from .report import message_table
+
+        table = self.study.reported(self.variant)
+        return table if table is not None else message_table(
+            f"No write-up reports the {self.variant} step.", "Reported by the write-ups")
+
+    def comparison(self) -> dict[str, "Chapter"]:
+        """{'baseline: …': …, 'previous step: …': …, 'this step: …': self}, what is recorded."""
+        steps: dict[str, Chapter] = {}
+        run_id = self.session.run.run_id
+        previous = self.study.steps.previous(self.variant)
+        for role, step in (("baseline", self.study.steps.baseline), ("previous step", previous)):
+            if step is None or step.slug == self.variant or step.slug in [c.variant for c in steps.values()]:
+                continue
+            found = load_recorded(self.study, step.slug, prefer_run=run_id)
+            if found is not None:
+                steps[f"{role}: {step.slug}"] = found
+        steps[f"this step: {self.variant}"] = self
+        return steps
+
+    def deltas(self):
+        from IPython.display import display
+
+        from . import plots
+        from .report import delta_table
+
+        steps = self.comparison()
+        display(delta_table(steps))
+        return plots.step_deltas(steps)
+
+    def profiler(self, profile: bool = True):
+        from .evidence import ncu
+
+        return ncu.show_chapter(self, profile=profile)
+
+    def verdict_lines(self, metric: str | None = None) -> list[str]:
+        from .report import step_verdict
+
+        return (step_verdict(self.comparison(), metric=metric or self.study.time_metric)
+                + self.study.expectations(self))
+
+    def verdict(self, metric: str | None = None):
+        """Sentences computed from the records: against the baseline and the previous step, and the
+        study's own judgements (scaling with size, the write-ups' numbers)."""
+        from IPython.display import Markdown
+
+        return Markdown("\n".join(f"- {line}" for line in self.verdict_lines(metric)))
+
+
+def run_chapter(study: Study, step: str, params: dict | None = None, case_params: dict | None = None,
+                sizes=None, repeats: int = 10, warmup: int = 2, mode: str = "auto", run_id: str | None = None,
+                replay_run: str | None = None, check_shapes: int = 8, seed: int | None = None,
+                **options) -> Chapter:
+    """Measure (on a GPU) or replay (without one) one step's chapter; every value is checked first."""
+    entry = study.steps.get(step)
+    impl = study.impl(step)
+    merged = study.case_params(impl, params, case_params)
+    chosen = study.sizes(list(study.default_sizes) if sizes is None else sizes)
+    check_repeats(repeats, warmup)
+    P.non_negative_int("check_shapes", check_shapes, "8")
+    P.optional_int("seed", seed)
+    extra_options = study.options(**options)
+    parameters = {"variant": entry.slug, "params": P.mapping("params", params),
+                  study.case_params_name: P.mapping(study.case_params_name, case_params),
+                  study.size_name: chosen, "repeats": repeats, "warmup": warmup,
+                  "check_shapes": check_shapes, "seed": seed, **extra_options}
+
+    def measure() -> session_mod.Measurement:
+        records, check_rows = study.check(impl, merged, check_shapes, seed)
+        if all(r["value"] == 1.0 for r in records if r["metric"] == "correct"):  # a failed check is never timed
+            records += study.measure(impl, merged, chosen, repeats, warmup, extra_options)
+        return session_mod.Measurement(records, check_rows)
+
+    recording = session_mod.recorded(study.part(entry.slug), study.name, measure, parameters=parameters,
+                                     mode=mode, run_id=run_id, replay_run=replay_run)
+    return Chapter(study, entry, recording)
+
+
+def load_recorded(study: Study, step: str, prefer_run: str | None = None) -> Chapter | None:
+    """A step's recorded chapter for comparisons: from ``prefer_run`` when it holds the step (so a
+    batch compares like with like), else the newest run that does; None when none does."""
+    entry = study.steps.get(step)
+    recording = session_mod.recorded(study.part(entry.slug), study.name, _never, parameters={}, mode="replay",
+                                     prefer_run=prefer_run, required=False)
+    if not recording.found:
+        return None
+    recording.session.reason = "recorded earlier, shown for comparison"
+    return Chapter(study, entry, recording)
+
+
+def _never() -> session_mod.Measurement:  # replay-only lookups never measure
+    raise AssertionError("a replay-only lookup tried to measure")

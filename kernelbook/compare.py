@@ -1,0 +1,111 @@
+"""``kernelbook compare RUN_A RUN_B``: two recorded runs side by side, noise-aware.
+
+For every (study, step, case, size, metric) present in both runs: the two medians, their ratio
+(B / A), each one's spread from its recorded samples (max − min), and a verdict — *same* unless
+the difference of the medians exceeds the larger of the two spreads, then *faster* or *slower*
+(for times; *higher*/*lower* for other metrics, *better*/*worse* where the direction is known).
+A value without samples has a spread of zero. Runs of different devices are compared with a
+warning in the header: their timings say more about the devices than about the code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import results
+
+KEY = ("study", "variant", "layer", "batch", "metric")
+HIGHER_IS_BETTER = ("gflops", "accuracy", "copy_gbs", "fp32_gflops", "fp16_tensor_gflops", "tf32_tensor_gflops")
+
+
+@dataclass
+class Row:
+    key: tuple
+    a: float
+    b: float
+    spread_a: float
+    spread_b: float
+    unit: str
+
+    @property
+    def ratio(self) -> float | None:
+        return self.b / self.a if self.a else None
+
+    @property
+    def verdict(self) -> str:
+        if abs(self.b - self.a) <= max(self.spread_a, self.spread_b):
+            return "same"
+        metric = self.key[4]
+        lower_better = metric.endswith("_ms") or metric.endswith("_time")
+        if lower_better:
+            return "faster" if self.b < self.a else "slower"
+        if metric in HIGHER_IS_BETTER:
+            return "better" if self.b > self.a else "worse"
+        return "higher" if self.b > self.a else "lower"
+
+    @property
+    def regression(self) -> bool:
+        return self.verdict in ("slower", "worse")
+
+
+def _spread(record: dict) -> float:
+    samples = record.get("samples")
+    if isinstance(samples, list) and len(samples) > 1:
+        return float(max(samples) - min(samples))
+    if record.get("min") is not None and record.get("max") is not None:
+        return float(record["max"] - record["min"])
+    return 0.0
+
+
+def _numbers(run: results.Run, study: str | None) -> dict:
+    found = {}
+    for name in run.part_names():
+        part = results.readable_part(run, name)
+        if part is None:
+            continue
+        for record in part["records"]:
+            if study and record["study"] != study:
+                continue
+            if isinstance(record.get("value"), (int, float)) and not isinstance(record["value"], bool):
+                found.setdefault(tuple(record.get(k) for k in KEY), record)
+    return found
+
+
+def compare_runs(run_a: str, run_b: str, study: str | None = None) -> tuple[list[str], list[Row]]:
+    """The header lines and one row per measurement present in both runs."""
+    a, b = results.load_run(run_a), results.load_run(run_b)
+    header = [f"A: {a.run_id} ({a.device}, {a.created_utc}, commit {a.commit})",
+              f"B: {b.run_id} ({b.device}, {b.created_utc}, commit {b.commit})"]
+    if a.device != b.device:
+        header.append(f"WARNING: the runs were measured on different devices ({a.device} vs {b.device}); "
+                      "differences in time say more about the devices than about the code.")
+    numbers_a, numbers_b = _numbers(a, study), _numbers(b, study)
+    rows = [Row(key, ra["value"], numbers_b[key]["value"], _spread(ra), _spread(numbers_b[key]), ra.get("unit") or "")
+            for key, ra in numbers_a.items() if key in numbers_b]
+    rows.sort(key=lambda r: tuple("" if v is None else str(v) for v in r.key))
+    return header, rows
+
+
+def render(header: list[str], rows: list[Row], fmt: str = "md") -> str:
+    columns = ["study", "step", "case", "size", "metric", "A", "B", "B/A", "spread A", "spread B", "verdict"]
+    body = []
+    for r in rows:
+        ratio = "–" if r.ratio is None else f"{r.ratio:.3f}"
+        body.append([*("" if v is None else str(v) for v in r.key), f"{r.a:.6g}", f"{r.b:.6g}", ratio,
+                     f"{r.spread_a:.3g}", f"{r.spread_b:.3g}", r.verdict])
+    if fmt == "csv":
+        import csv
+        import io
+
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(body)
+        return "".join(f"# {line}\n" for line in header) + out.getvalue()
+    lines = [f"{line}  " for line in header] + ["", "| " + " | ".join(columns) + " |",
+                                                 "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("same", "faster", "slower", "better", "worse",
+                                                                   "higher", "lower")}
+    lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "nothing in common"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,102 @@
+"""compute-sanitizer (memcheck, racecheck, ...) over every step's launches, recorded per study by
+``scripts/sanitize.py`` and shown on the study's profiles page."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from .. import results
+from .. import session as session_mod
+from ..report import message_table, styled
+from .tools import NOT_RECORDED, ProfilerUnavailable, _run, _tail, classify_failure, sanitizer_path, target_command
+
+SANITIZER_SIZE = 4
+
+
+
+_SUMMARY = re.compile(r"ERROR SUMMARY:\s*([\d,]+)\s+errors?")
+_HAZARDS = re.compile(r"RACECHECK SUMMARY:\s*([\d,]+)\s+hazards? displayed\s*\(([\d,]+)\s+errors?,\s*([\d,]+)\s+warnings?\)")
+
+
+def parse_sanitizer_summary(text: str) -> dict:
+    """``ERROR SUMMARY: N errors`` -> {"errors": N}; racecheck's ``RACECHECK SUMMARY: H hazards displayed
+    (E errors, W warnings)`` adds hazards and gives E errors when no ERROR SUMMARY line is printed (as
+    compute-sanitizer 2025.x's racecheck does); errors None when neither line is there."""
+    found = _SUMMARY.findall(text)
+    summary: dict = {"errors": int(found[-1].replace(",", "")) if found else None}
+    hazards = _HAZARDS.findall(text)
+    if hazards:
+        shown, errors, warnings = (int(v.replace(",", "")) for v in hazards[-1])
+        summary.update(hazards=shown, hazard_errors=errors, hazard_warnings=warnings)
+        if summary["errors"] is None:  # racecheck (2025.x) prints only its own summary line
+            summary["errors"] = errors
+    return summary
+
+
+def sanitizer_command(study, tool: str, variant: str, layer_params: dict, batch: int, layers: Iterable[str],
+                      sanitizer: str | None = None) -> list[str]:
+    return [sanitizer or sanitizer_path() or "compute-sanitizer", "--tool", tool, "--error-exitcode", "1",
+            "--print-limit", "20", *target_command(study, variant, layer_params, batch, layers)]
+
+
+def run_sanitizer(study, tool: str, variant: str, layer_params: dict | None = None, batch: int = SANITIZER_SIZE,
+                  layers: Iterable[str] | None = None, timeout: float = 600) -> dict:
+    """Run compute-sanitizer ``tool`` (memcheck, racecheck, ...) over one variant's launches.
+
+    Returns {"errors", "rc", "passed", "command", "log_tail", ...}; raises ``ProfilerUnavailable``
+    when compute-sanitizer is missing or cannot use the GPU.
+    """
+    sanitizer = sanitizer_path()
+    if not sanitizer:
+        raise ProfilerUnavailable("compute-sanitizer is not installed here.",
+                                  "install the CUDA toolkit (it ships compute-sanitizer) or add it to PATH.")
+    layers = list(layers or study.cases)
+    cmd = sanitizer_command(study, tool, variant, {l: (layer_params or {}).get(l) or {} for l in layers}, batch, layers,
+                            sanitizer)
+    rc, out, err = _run(cmd, timeout)
+    text = out + "\n" + err
+    summary = parse_sanitizer_summary(text)
+    if summary["errors"] is None:
+        why = classify_failure(text) or f"it printed no ERROR SUMMARY (exit status {rc})"
+        raise ProfilerUnavailable(f"compute-sanitizer --tool {tool} did not check {variant}: {why}.\n{_tail(text, 12)}",
+                                  "run the command alone on the GPU machine to see why.")
+    summary.update(rc=rc, passed=summary["errors"] == 0 and rc == 0, command=" ".join(cmd), log_tail=_tail(text, 30))
+    return summary
+
+
+def sanitizer_record(study, tool: str, variant: str, layer: str, batch: int, summary: dict) -> dict:
+    return results.record(study.name, variant, layer, batch, "sanitizer_errors", summary["errors"], unit="errors",
+                          tool=tool, rc=summary["rc"], passed=summary["passed"],
+                          **{k: summary[k] for k in ("hazards", "hazard_errors", "hazard_warnings") if k in summary})
+
+
+def part(study) -> str:
+    return results.part_name(study.name, "sanitizer")
+
+
+def sanitizer_table(study, prefer_run: str | None = None):
+    """The recorded sanitizer results (part ``<study>-sanitizer``), step by case by tool."""
+    import pandas as pd
+
+    found = session_mod.recorded(part(study), study.name, _no_measure, parameters={}, mode="replay",
+                                 prefer_run=prefer_run, required=False)
+    if not found.found:
+        return message_table(f"No compute-sanitizer results are recorded ({NOT_RECORDED}); run "
+                             f"`python scripts/sanitize.py --study {study.module}` on the GPU machine.", "compute-sanitizer")
+    frame = pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in found.records])
+    rows = []
+    for (variant, layer), group in frame.groupby(["variant", "layer"], sort=False):
+        row = {"Step": variant, study.case_header: layer}
+        for _, r in group.iterrows():
+            value = r["value"]
+            row[r["tool"]] = ("did not run" if value is None or value != value else
+                              ("pass (0 errors)" if value == 0 else f"FAIL ({int(value)} errors)"))
+        rows.append(row)
+    size = found.parameters.get("batch", SANITIZER_SIZE)
+    return styled(pd.DataFrame(rows), f"compute-sanitizer over every kernel, one launch per case at "
+                                      f"{study.size_header.lower()} {size}. [{found.short_label}]")
+
+
+def _no_measure():
+    raise AssertionError("the sanitizer is recorded by scripts/sanitize.py")

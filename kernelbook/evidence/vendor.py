@@ -1,0 +1,47 @@
+"""What a user would pick instead: the vendor library (cuDNN, cuBLAS through PyTorch), timed in
+the same run as the steps. Each study says what its vendor comparison is (``Study.vendor``);
+this module measures it when PyTorch with CUDA is usable, or replays the recording.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .. import results
+from .. import session as session_mod
+
+
+def torch_cuda_status() -> tuple[bool, str]:
+    """(True, versions) when PyTorch with CUDA and cuDNN can run here, else (False, why not)."""
+    if os.environ.get("KERNELBOOK_NO_GPU") == "1":
+        return False, "KERNELBOOK_NO_GPU=1 is set"
+    try:
+        import torch
+    except Exception as exc:
+        return False, f"PyTorch cannot be imported ({type(exc).__name__}: {exc})"
+    try:
+        if not torch.cuda.is_available():
+            return False, f"PyTorch {torch.__version__} sees no CUDA device"
+        if not torch.backends.cudnn.is_available():
+            return False, f"PyTorch {torch.__version__} has no cuDNN"
+    except Exception as exc:
+        return False, f"PyTorch's CUDA is unusable ({type(exc).__name__}: {exc})"
+    return True, f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}"
+
+
+def part(study) -> str:
+    return results.part_name(study.name, study.vendor_name)
+
+
+def vendor(study, mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
+           sizes=None, repeats: int = 10, warmup: int = 3, prefer_run: str | None = None) -> session_mod.Recording:
+    """Measure the study's vendor comparison now (GPU and PyTorch with CUDA) or replay it."""
+    sizes = study.sizes(list(study.default_sizes) if sizes is None else sizes)
+
+    def measure() -> session_mod.Measurement:
+        return session_mod.Measurement(study.vendor(sizes, repeats, warmup))
+
+    return session_mod.recorded(part(study), study.name, measure,
+                                parameters={study.size_name: sizes, "repeats": repeats}, mode=mode, run_id=run_id,
+                                replay_run=replay_run, prefer_run=prefer_run or run_id, available=torch_cuda_status,
+                                required=False, compare={})

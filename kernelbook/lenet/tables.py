@@ -1,0 +1,148 @@
+"""LeNet-only tables and sentences: the write-ups' reported numbers, copy shares, workspaces,
+accuracy changes. Reported numbers live in ``data/reported/lenet.csv`` and are always labelled
+*reported* with the seed's file name and GPU."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .. import paths
+from ..errors import DataError
+from ..report import find_record, format_ms, message_table, styled, throughput
+
+def reported(step: str | None = None, study: str = "lenet") -> pd.DataFrame:
+    """What the seeds report (``data/reported/<study>.csv``), optionally for one step."""
+    path = paths.data_dir() / "reported" / f"{study}.csv"
+    if not path.is_file():
+        raise DataError(f"{path} is missing.", "restore it with `git checkout -- data/reported/`.")
+    frame = pd.read_csv(path)
+    return frame[frame["step"] == step].reset_index(drop=True) if step else frame
+
+
+def reported_table(step: str, study: str = "lenet"):
+    frame = reported(step, study)
+    if frame.empty:
+        return message_table(f"No seed write-up reports the {step} step.", "Reported by the seeds")
+    out = pd.DataFrame({
+        "Source (seed, GPU)": frame["seed"] + ", " + frame["gpu"],
+        "What": frame["seed_label"],
+        "Batch Size": frame["batch"],
+        "Op Time 1": frame["op_time_1_ms"].map(_maybe_ms),
+        "Op Time 2": frame["op_time_2_ms"].map(_maybe_ms),
+        "Layer Time 1": frame["layer_time_1_ms"].map(_maybe_ms),
+        "Layer Time 2": frame["layer_time_2_ms"].map(_maybe_ms),
+        "Total Execution Time": frame["total_time_s"].map(lambda s: "–" if pd.isna(s) else f"{s:.3f} s"),
+        "Accuracy": frame["accuracy"].map(lambda a: "–" if pd.isna(a) else f"{a:g}"),
+    })
+    if frame[["layer_time_1_ms", "layer_time_2_ms"]].isna().all().all():
+        out = out.drop(columns=["Layer Time 1", "Layer Time 2"])
+    return styled(out, "Reported by the seed write-ups (their GPUs, their whole-program times; not measured here).")
+
+
+def _maybe_ms(value) -> str:
+    return "–" if pd.isna(value) else format_ms(float(value))
+
+
+def speedup_sentence(chapter, reported_frame: pd.DataFrame, batch: int = 10000) -> str:
+    """Ours against each seed's report at ``batch``, per layer, in words."""
+    if not chapter.correct:
+        return f"The {chapter.variant} kernel failed its correctness check, so it is not compared."
+    parts = []
+    for layer, column in (("C1", "op_time_1_ms"), ("C3", "op_time_2_ms")):
+        ours = find_record(chapter.records, "op_time_ms", layer, batch)
+        if ours is None:
+            continue
+        for _, row in reported_frame[reported_frame["batch"] == batch].iterrows():
+            theirs = row[column]
+            if pd.isna(theirs):
+                continue
+            ratio = float(theirs) / ours["value"]
+            parts.append(f"{layer}: {format_ms(ours['value'])} here against {format_ms(float(theirs))} "
+                         f"reported in `{row['seed']}` ({row['gpu']}; {row['seed_label']}), {ratio:.1f}× "
+                         f"{'faster' if ratio >= 1 else 'slower'}")
+    if not parts:
+        return f"No seed reports batch {batch} for this step."
+    return f"At batch {batch}: " + "; ".join(parts) + "."
+
+
+def expectations(chapter) -> list[str]:
+    """Sentences that judge the run from its own numbers (no number typed in by hand)."""
+    if not chapter.correct:
+        return ["The kernel failed its correctness check; nothing was timed."]
+    lines = []
+    frame = throughput(chapter)
+    batches = sorted(frame["batch"].unique())
+    small, large = batches[0], batches[-1]
+    for layer, group in frame.groupby("layer"):
+        t = dict(zip(group["batch"], group["op_time_ms"]))
+        if large > small:
+            growth = t[large] / t[small]
+            work = large / small
+            verdict = ("about linear: the GPU was already busy at the smallest batch"
+                       if growth >= 0.7 * work else
+                       "less than linear: the smallest batch could not fill the GPU, so fixed "
+                       "costs (launch, tail, latency) weigh on it")
+            lines.append(f"{layer}: {work:g}× the images took {growth:.1f}× the op time "
+                         f"({format_ms(t[small])} → {format_ms(t[large])}), {verdict}.")
+    at_large = frame[frame["batch"] == large].set_index("layer")
+    if {"C1", "C3"} <= set(at_large.index):
+        flop_ratio = (at_large.loc["C3", "gflops"] * at_large.loc["C3", "op_time_ms"]) / (
+            at_large.loc["C1", "gflops"] * at_large.loc["C1", "op_time_ms"])
+        time_ratio = at_large.loc["C3", "op_time_ms"] / at_large.loc["C1", "op_time_ms"]
+        lines.append(f"At batch {large}, C3 does {flop_ratio:.2f}× C1's arithmetic and took "
+                     f"{time_ratio:.2f}× its time: C1 runs at {at_large.loc['C1', 'gflops']:,.0f} "
+                     f"GFLOP/s and C3 at {at_large.loc['C3', 'gflops']:,.0f} GFLOP/s.")
+    for layer in ("C1", "C3"):
+        op = find_record(chapter.records, "op_time_ms", layer, large)
+        lay = find_record(chapter.records, "layer_time_ms", layer, large)
+        if op and lay and lay["value"]:
+            share = 1 - op["value"] / lay["value"]
+            lines.append(f"{layer} layer time at batch {large}: {format_ms(lay['value'])}, of which "
+                         f"{share:.0%} is copying between host and device rather than computing.")
+    acc = find_record(chapter.records, "accuracy", "network", large)
+    if acc:
+        lines.append(f"Accuracy on the first {large} test images: {acc['value']:.4f} with this book's "
+                     "own trained weights (the seeds used the course's weights).")
+    return lines
+
+
+def accuracy_change(steps: dict):
+    """Accuracy per batch size of this step against the baseline's (FP16 and tensor-core steps)."""
+    names = list(steps)
+    current, base = steps[names[-1]], steps[names[0]]
+    rows = []
+    for r in current.records:
+        if r["metric"] != "accuracy":
+            continue
+        ref = find_record(base.records, "accuracy", "network", r["batch"])
+        rows.append({"Batch Size": r["batch"],
+                     f"Accuracy, {base.variant}": "–" if ref is None else f"{ref['value']:.4f}",
+                     f"Accuracy, {current.variant}": f"{r['value']:.4f}",
+                     "Change (images)": "–" if ref is None else
+                     f"{round((r['value'] - ref['value']) * r['batch']):+d}"})
+    caption = (f"Top-1 accuracy on the first B test images, {current.variant} against {base.variant}. "
+               f"{current.session.short_label}")
+    return styled(pd.DataFrame(rows), caption)
+
+
+def workspace_table(variant: str, chapter):
+    """The unrolled matrix per layer and batch: whole batch, and the chunk the variant uses."""
+    from . import get_variant, layer_shape
+
+    impl = get_variant(variant)
+    per_layer = chapter.parameters.get("layer_params") or {}
+    rows = []
+    for layer in ("C1", "C3"):
+        params = impl.params(**{**(chapter.parameters.get("params") or {}), **per_layer.get(layer, {})})
+        for batch in chapter.parameters.get("batch_sizes", []):
+            shape = layer_shape(layer, batch)
+            whole = impl.workspace_bytes(shape, dict(params, workspace_mib=None))
+            chunk = impl.chunk_images(shape, params)
+            rows.append({"Layer": layer, "Batch Size": batch,
+                         "Unrolled matrix, whole batch": f"{whole / 2**30:.2f} GiB",
+                         "Images per chunk": chunk,
+                         "Workspace used": f"{impl.workspace_bytes(shape, params) / 2**20:.0f} MiB",
+                         "Chunks": -(-batch // chunk)})
+    return styled(pd.DataFrame(rows), f"Computed from the shapes and workspace_mib={params['workspace_mib']}.")
+
+

@@ -1,0 +1,189 @@
+"""A study's ordered list of steps: the single source of truth for its chapters.
+
+One ``StepList`` per study, written once in the study's ``steps.py``::
+
+    STEPS = StepList("lenet", [
+        Step(0, "baseline", "00_baseline", "Baseline: direct convolution", Baseline),
+        Step(1, "constant-memory", "01_constant_memory", "Constant memory", ConstantMemory),
+        ...
+    ])
+
+Everything else is derived from it: the ``.cu`` file (``kernels/<study>/<stem>.cu``), the
+notebook (``book/<study>/<stem>.md``), the part names under which runs are recorded, and the
+*previous* step a chapter compares with (the one before it in the list, never typed by hand).
+A slug that names no step is an error that lists the valid ones.
+
+A step's implementation is a ``StepImpl``: its parameters (``defaults``), what it accepts
+(``validate``, called before any launch) and how it launches. How a launch's arguments look is
+the study's business (a convolution takes ``x`` and ``k``, an MLP ``x`` and six weight arrays);
+the harness only needs ``params``, ``validate``, ``prepare`` and the class attributes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import ClassVar, Iterable, Iterator
+
+from . import paths
+from .errors import ParameterError, StepError
+
+STEM = re.compile(r"^(\d{2})_[a-z0-9_]+$")
+SLUG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+class StepImpl:
+    """Base of every step's implementation. Subclasses set the class attributes and ``launch``."""
+
+    kernel_names: ClassVar[tuple[str, ...]] = ()
+    defaults: ClassVar[dict] = {}        # every parameter a caller may set, with its default
+    tolerance: ClassVar[float] = 1e-5    # relative L2 error allowed against float64
+    precision: ClassVar[str] = "fp32"
+    graph_capturable: ClassVar[bool] = True  # False when launch() uses streams of its own
+    step: "Step"                          # set by StepList
+
+    @property
+    def slug(self) -> str:
+        return self.step.slug
+
+    @property
+    def title(self) -> str:
+        return self.step.title
+
+    @property
+    def source(self) -> str:
+        """The ``.cu`` file relative to ``kernels/``."""
+        return self.step.source
+
+    def params(self, **overrides) -> dict:
+        """Defaults merged with overrides; an unknown name is an error that lists the valid ones."""
+        unknown = sorted(set(overrides) - set(self.defaults))
+        if unknown:
+            valid = ", ".join(sorted(self.defaults)) or "none"
+            raise ParameterError(f"Step {self.slug!r} has no parameter(s) {', '.join(unknown)}.",
+                                 f"use one of: {valid}.")
+        merged = dict(self.defaults)
+        merged.update(overrides)
+        return merged
+
+    def defines(self, params: dict, problem) -> dict:
+        """Compile-time parameters (``-D``) for ``params`` and ``problem``."""
+        return {}
+
+    def validate(self, problem, params: dict) -> None:
+        """Raise ``ParameterError``/``ShapeError``/``LaunchLimitError``; called before any launch."""
+
+    def kernel(self, name: str, params: dict, problem):
+        from . import kernels
+
+        return kernels.get_kernel(self.source, name, self.defines(params, problem))
+
+    def prepare(self, params: dict, problem) -> None:
+        """Compile everything ``launch`` needs for ``problem``, so compiling stays out of timings."""
+        for name in self.kernel_names:
+            self.kernel(name, params, problem)
+
+
+@dataclass(frozen=True)
+class Step:
+    number: int
+    slug: str
+    stem: str            # file stem shared by the .cu file and the notebook, e.g. "00_baseline"
+    title: str
+    impl: type[StepImpl]
+    builds_on: str | None = None  # the step it changes, when that is not the one before it
+    study: str = ""      # filled by StepList
+
+    @property
+    def source(self) -> str:
+        return f"{self.study}/{self.stem}.cu"
+
+    @property
+    def notebook(self) -> str:
+        """Relative to the repository root, without extension (as ``_toc.yml`` writes it)."""
+        return f"book/{self.study}/{self.stem}"
+
+
+@dataclass
+class StepList:
+    """The ordered steps of one study."""
+
+    study: str
+    steps: list[Step]
+    _impls: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        fixed = []
+        for position, step in enumerate(self.steps):
+            match = STEM.match(step.stem)
+            if not match or int(match.group(1)) != step.number:
+                raise ValueError(f"step {step.slug}: stem {step.stem!r} must start with its number {step.number:02d}_")
+            if not SLUG.match(step.slug):
+                raise ValueError(f"step slug {step.slug!r} must be lower-case letters, digits and '-'")
+            if position and step.number <= fixed[-1].number:
+                raise ValueError(f"step {step.slug}: numbers must increase ({fixed[-1].number} then {step.number})")
+            fixed.append(Step(step.number, step.slug, step.stem, step.title, step.impl, step.builds_on, self.study))
+        slugs = [s.slug for s in fixed]
+        if len(set(slugs)) != len(slugs):
+            raise ValueError(f"duplicate slugs in the {self.study} step list: {slugs}")
+        self.steps = fixed
+        for step in fixed:
+            if step.builds_on is not None and step.builds_on not in slugs[:slugs.index(step.slug)]:
+                raise ValueError(f"step {step.slug} builds on {step.builds_on!r}, which is no earlier step: {slugs}")
+        for step in fixed:
+            impl = step.impl()
+            impl.step = step
+            self._impls[step.slug] = impl
+
+    def __iter__(self) -> Iterator[Step]:
+        return iter(self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def slugs(self) -> list[str]:
+        return [s.slug for s in self.steps]
+
+    def get(self, slug: str) -> Step:
+        for step in self.steps:
+            if step.slug == slug:
+                return step
+        raise StepError(f"The {self.study} study has no step {slug!r}.", f"use one of: {', '.join(self.slugs())}.")
+
+    def impl(self, slug: str) -> StepImpl:
+        self.get(slug)
+        return self._impls[slug]
+
+    def previous(self, slug: str) -> Step | None:
+        """The step ``slug`` changes: its ``builds_on``, else the one before it (None for the first)."""
+        step = self.get(slug)
+        if step.builds_on:
+            return self.get(step.builds_on)
+        index = self.slugs().index(step.slug)
+        return self.steps[index - 1] if index else None
+
+    @property
+    def baseline(self) -> Step:
+        return self.steps[0]
+
+    def check_files(self) -> list[str]:
+        """Problems between the list and the files: each step's .cu and notebook must exist, and
+        every numbered .cu file and notebook of the study must be a step (or a page, 9x_)."""
+        problems = []
+        kernels_dir = paths.kernels_dir() / self.study
+        book_dir = paths.book_dir() / self.study
+        for step in self.steps:
+            if not (paths.kernels_dir() / step.source).is_file():
+                problems.append(f"{step.slug}: kernels/{step.source} is missing")
+            if not (paths.REPO_ROOT / f"{step.notebook}.md").is_file():
+                problems.append(f"{step.slug}: {step.notebook}.md is missing")
+        stems = {s.stem for s in self.steps}
+        for folder, suffix in ((kernels_dir, ".cu"), (book_dir, ".md")):
+            for path in sorted(folder.glob(f"[0-9][0-9]_*{suffix}")):
+                if path.stem not in stems and not path.stem.startswith("9"):
+                    problems.append(f"{path.relative_to(paths.REPO_ROOT)} is numbered like a step but is not in the list")
+        return problems
+
+
+def slugs_of(steps: Iterable[Step]) -> list[str]:
+    return [s.slug for s in steps]

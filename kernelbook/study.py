@@ -1,0 +1,115 @@
+"""What the harness needs to know about a study, and nothing more.
+
+A study (``kernelbook.lenet``, ``kernelbook.mlp``, ``kernelbook.vgg``) subclasses ``Study``: its
+name and title, its ordered ``StepList``, its cases (layers or test cases), the columns of its
+milestone table, and the hooks that check and time one step. The core (chapters, evidence,
+report, plots, batch, CLI) talks to a study only through this class, and never imports one: a
+notebook hands its study object to the core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from . import params as P
+from .steps import StepImpl, StepList
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a milestone table: ``metric`` of ``case`` (a layer, a test case, or the
+    whole network), formatted as a time, a ratio, an accuracy or a plain number."""
+
+    header: str
+    metric: str
+    case: str
+    kind: str = "time"       # time | accuracy | number | speedup
+
+
+class Study:
+    """Base of every study. Subclasses set the class attributes and implement the hooks."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    steps: ClassVar[StepList]
+    cases: ClassVar[tuple[str, ...]]          # layers or test cases, in table order
+    case_header: ClassVar[str] = "Layer"
+    size_header: ClassVar[str] = "Batch Size"  # what the size of a measurement is called
+    size_name: ClassVar[str] = "batch_sizes"   # the notebook parameter that lists sizes
+    case_params_name: ClassVar[str] = "case_params"  # the notebook parameter of per-case parameters
+    default_sizes: ClassVar[tuple[int, ...]] = ()
+    max_size: ClassVar[int | None] = None
+    time_metric: ClassVar[str] = "op_time_ms"  # the metric steps are compared by
+    rate_unit: ClassVar[str] = "GFLOP/s"
+    vendor_name: ClassVar[str] = "vendor"      # part name suffix of the vendor-library timings
+    profile_size: ClassVar[int] = 1000         # the size Nsight Compute and the sanitizer launch
+
+    # ------------------------------------------------------------------ derived
+
+    def part(self, step: str, *kind: str) -> str:
+        """The part name of a step's recording (``lenet-tiled``, ``lenet-tiled-ncu``)."""
+        from .results import part_name
+
+        return part_name(self.name, self.steps.get(step).slug, *kind)
+
+    def impl(self, step: str) -> StepImpl:
+        return self.steps.impl(step)
+
+    def sizes(self, value) -> list[int]:
+        return P.sizes(self.size_name, value, maximum=self.max_size,
+                       example="[" + ", ".join(map(str, self.default_sizes or (100,))) + "]")
+
+    def case_params(self, impl: StepImpl, params: dict | None, case_params: dict | None) -> dict[str, dict]:
+        """Each case's parameters: the step's defaults, under ``params``, under ``case_params[case]``."""
+        params = P.mapping("params", params)
+        per_case = P.mapping("case_params", case_params)
+        unknown = sorted(set(per_case) - set(self.cases))
+        if unknown:
+            raise P.ParameterError(f"case_params names {', '.join(unknown)}, which are not cases of the {self.name} study.",
+                                   f"use the cases {', '.join(self.cases)}.")
+        return {case: impl.params(**{**params, **P.mapping(f"case_params[{case!r}]", per_case.get(case))})
+                for case in self.cases}
+
+    # ------------------------------------------------------------------ hooks
+
+    def columns(self) -> list[Column]:
+        """The milestone table's columns after the size column."""
+        raise NotImplementedError
+
+    def problem(self, case: str, size: int):
+        """The problem of ``case`` at ``size``: an object with ``flops``, ``min_bytes``, ``as_dict()``."""
+        raise NotImplementedError
+
+    def check(self, impl: StepImpl, case_params: dict[str, dict], n_random: int, seed: int | None):
+        """Float64 checks: returns ``(records, check rows)``; records hold one ``correct`` per case."""
+        raise NotImplementedError
+
+    def measure(self, impl: StepImpl, case_params: dict[str, dict], sizes: list[int], repeats: int,
+                warmup: int, options: dict) -> list[dict]:
+        """Time a checked step; ``options`` holds the study's own chapter parameters."""
+        raise NotImplementedError
+
+    def options(self, **given) -> dict:
+        """Validate the study's own chapter parameters (e.g. ``weights_path``)."""
+        if given:
+            raise P.ParameterError(f"The {self.name} study takes no parameter(s) {', '.join(sorted(given))}.",
+                                   "remove them from the call.")
+        return {}
+
+    def launch_once(self, slug: str, case: str, size: int, params: dict, seed: int = 0):
+        """Prepare inputs and compile, then return a callable that launches the step once (what
+        Nsight Compute and compute-sanitizer profile: nothing else may launch a kernel)."""
+        raise NotImplementedError
+
+    def vendor(self, sizes: list[int], repeats: int, warmup: int) -> list[dict]:
+        """The vendor library's timings (cuDNN, cuBLAS through PyTorch) on the study's cases."""
+        raise NotImplementedError
+
+    def expectations(self, chapter) -> list[str]:
+        """Sentences that judge a chapter from its own records (the study's own view)."""
+        return []
+
+    def reported(self, step: str):
+        """The write-ups' reported numbers for ``step`` as a styled table (or None)."""
+        return None
