@@ -23,6 +23,10 @@ SWEEPS = {
                          ((4, 1, 6), (4, 2, 3), (8, 2, 1), (8, 1, 3), (2, 2, 6))],
     "best": [dict(small=s, large=s, blocks_per_sm=b) for s in ("coalesced-weights", "inputs-load-hiding",
                                                                 "better-occupancy") for b in (4, 8)],
+    "final": [dict(small_kernel=k, large_kernel=k, small_warps=w, large_warps=w, small_m_tiles=m, large_m_tiles=m,
+                   small_blocks_per_sm=b, large_blocks_per_sm=b)
+              for k, w, m, b in (("3xfp16", 4, 1, 4), ("3xfp16", 4, 2, 2), ("3xfp16", 8, 2, 1), ("3xfp16", 8, 1, 2),
+                                 ("3xfp16", 2, 1, 8), ("3xtf32", 8, 2, 1), ("3xtf32", 4, 1, 4))],
 }
 
 
@@ -42,6 +46,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", default="")
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep-steps", default="")
     ap.add_argument("--vendor", action="store_true")
     ap.add_argument("--n-random", type=int, default=2)
     args = ap.parse_args()
@@ -66,7 +71,8 @@ def main():
         except Exception:
             print(f"{slug:26s} ERROR\n{traceback.format_exc()}")
     if args.sweep:
-        for slug, grid in SWEEPS.items():
+        chosen = args.sweep_steps.split(",") if args.sweep_steps else list(SWEEPS)
+        for slug, grid in ((s, SWEEPS[s]) for s in chosen):
             for params in grid:
                 try:
                     row, _ = time_step(slug, params, repeats=10)

@@ -325,8 +325,8 @@ class Best(MlpImpl):
     precision, measure, tolerance = "fp16", "scaled_abs_diff", HALF_THRESHOLD
     choices = {"coalesced-weights": kernel_names[0], "inputs-load-hiding": kernel_names[1],
                "better-occupancy": kernel_names[2]}
-    defaults = {"small": "inputs-load-hiding", "large": "coalesced-weights", "switch_columns": 65536,
-                "blocks_per_sm": 4, "min_blocks": 4}
+    defaults = {"small": "inputs-load-hiding", "large": "inputs-load-hiding", "switch_columns": 65536,
+                "blocks_per_sm": 8, "min_blocks": 4}
     static_smem = 18688
 
     @staticmethod
@@ -360,67 +360,3 @@ class Best(MlpImpl):
         if name == "betterOccupancyKernel":
             return (x, e["w1q"], b1, e["w2q"], b2, e["w3q"], b3, y, np.int32(n))
         return (x, e["w1p"], b1, e["w2p"], b2, e["w3p"], b3, y, np.int32(n))
-
-
-class TensorCore3xTF32(MlpImpl):
-    """Step 13: fully fused mma.sync m16n8k8 TF32 kernel, 3xTF32 for FP32 accuracy."""
-
-    kernel_names = ("fusedTensorCore3xTF32Kernel",)
-    defaults = {"warps": 4, "m_tiles": 2, "blocks_per_sm": 2}
-    packing = staticmethod(pack.tf32_fragments)
-    dynamic_smem = 74272
-    max_warps = 8
-
-    def keys(self, shape, params):
-        return params["warps"], params["m_tiles"], params["blocks_per_sm"]
-
-    def defines(self, params, shape):
-        warps, m_tiles, _ = self.keys(shape, params)
-        return {"WARPS": warps, "M_TILES": m_tiles}
-
-    def check_params(self, params):
-        for prefix in self.prefixes():
-            _int_param(params, f"{prefix}warps", range(1, self.max_warps + 1),
-                       f"pass {prefix}warps between 1 and {self.max_warps} (registers limit the block).")
-            _int_param(params, f"{prefix}m_tiles", (1, 2), f"pass {prefix}m_tiles=1 or 2 (16 columns each).")
-            _int_param(params, f"{prefix}blocks_per_sm", range(1, 33), f"pass {prefix}blocks_per_sm, e.g. 2.")
-
-    def prefixes(self):
-        return ("",)
-
-    def plan(self, shape, params):
-        warps, m_tiles, per_sm = self.keys(shape, params)
-        tiles = -(-shape.N // (16 * m_tiles))
-        return [(self.kernel_names[0], (self.persistent_grid(-(-tiles // warps), per_sm), 1, 1), (32 * warps, 1, 1))]
-
-    def args(self, name, y, x, w, n):
-        return (x, w.extra["packed"], y, np.int32(n))
-
-
-class TensorCoreHalf(TensorCore3xTF32):
-    """Step 14: the same in FP16 (m16n8k16, FP32 accumulation)."""
-
-    kernel_names = ("fusedTensorCoreHalfKernel",)
-    defaults = {"warps": 4, "m_tiles": 2, "blocks_per_sm": 3}
-    precision, measure, tolerance = "fp16", "scaled_abs_diff", HALF_THRESHOLD
-    packing = staticmethod(pack.f16_fragments)
-    dynamic_smem = 0
-    static_smem = 20000
-
-
-class Final(TensorCore3xTF32):
-    """Step 15: step 13's kernel with its launch shape chosen per N (small and large cases)."""
-
-    defaults = {"small_warps": 4, "small_m_tiles": 1, "small_blocks_per_sm": 4,
-                "large_warps": 4, "large_m_tiles": 2, "large_blocks_per_sm": 2, "switch_columns": 65536}
-
-    def prefixes(self):
-        return ("small_", "large_")
-
-    def keys(self, shape, params):
-        p = "small_" if shape.N <= params["switch_columns"] else "large_"
-        return params[p + "warps"], params[p + "m_tiles"], params[p + "blocks_per_sm"]
-
-    def check_params(self, params):
-        super().check_params(params)
-        limits.finite_number("switch_columns", params["switch_columns"], 1, 2**31 - 1, example="65536")

@@ -92,3 +92,24 @@ def f16_fragments(weights) -> np.ndarray:
         chunks.append(np.ascontiguousarray(b, dtype=np.float16).tobytes())
     chunks.append(_biases(weights).tobytes())
     return np.frombuffer(b"".join(chunks), dtype=np.uint8).copy()
+
+
+def f16_split_fragments(weights) -> np.ndarray:
+    """Step 15's 3xFP16 kernel: as ``f16_fragments`` but each lane's entry is a uint4
+    {b0_hi, b1_hi, b0_lo, b1_lo} with hi = half(w), lo = half(w - hi); then the biases as
+    float32. 39,456 bytes returned as uint8 (kernels/mlp/15_final.cu)."""
+    W1, _, W2, _, W3, _ = weights
+    g, q = _lane_grid()
+    W1p, W3p = _pad(W1, HIDDEN, 80), _pad(W3, 8, HIDDEN)
+    chunks = []
+    for W, ksteps, ntiles in ((W1p, 5, 8), (W2, 4, 8), (W3p, 4, 1)):
+        j = np.arange(ksteps)[:, None, None]
+        nt = np.arange(ntiles)[None, :, None]
+        n = 8 * nt + g[None, None, :]
+        k = 16 * j + 2 * q[None, None, :]
+        b = np.stack([W[n, k], W[n, k + 1], W[n, k + 8], W[n, k + 9]], axis=-1).astype(np.float32)
+        hi = b.astype(np.float16)
+        lo = (b - hi.astype(np.float32)).astype(np.float16)
+        chunks.append(np.ascontiguousarray(np.concatenate([hi, lo], axis=-1)).tobytes())
+    chunks.append(_biases(weights).tobytes())
+    return np.frombuffer(b"".join(chunks), dtype=np.uint8).copy()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..steps import Step, StepList
 from . import impls as i
+from . import tensor as t
 
 STEPS = StepList("mlp", [
     Step(0, "baseline", "00_baseline", "Baseline: matMulKernel + reluKernel", i.Baseline),
@@ -24,7 +25,7 @@ STEPS = StepList("mlp", [
          i.BetterOccupancy),
     Step(12, "best", "12_best", "The best half-precision kernel per test case", i.Best),
     Step(13, "tensor-core-3xtf32", "13_tensor_core_3xtf32", "Fully fused on tensor cores, FP32-accurate (3xTF32)",
-         i.TensorCore3xTF32),
-    Step(14, "tensor-core-fp16", "14_tensor_core_fp16", "Fully fused on tensor cores in FP16", i.TensorCoreHalf),
-    Step(15, "final", "15_final", "Final: the fastest FP32-accurate kernel per test case", i.Final),
+         t.TensorCore3xTF32),
+    Step(14, "tensor-core-fp16", "14_tensor_core_fp16", "Fully fused on tensor cores in FP16", t.TensorCoreHalf),
+    Step(15, "final", "15_final", "Final: the fastest FP32-accurate kernel per test case", t.Final),
 ])

@@ -1,0 +1,117 @@
+"""Steps 13-15: fully fused tensor-core kernels (one warp carries 16-32 columns through all
+three layers in registers). Same call convention as ``impls``."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from .. import kernels, limits
+from ..errors import ParameterError
+from . import pack
+from .impls import MlpImpl, _int_param
+from .reference import HALF_THRESHOLD
+
+
+class TensorCore3xTF32(MlpImpl):
+    """Step 13: fully fused mma.sync m16n8k8 TF32 kernel, 3xTF32 for FP32 accuracy."""
+
+    kernel_names = ("fusedTensorCore3xTF32Kernel",)
+    defaults = {"warps": 4, "m_tiles": 2, "blocks_per_sm": 2}
+    packing = staticmethod(pack.tf32_fragments)
+    dynamic_smem = 74272
+    max_warps = 8
+
+    def keys(self, shape, params):
+        return params["warps"], params["m_tiles"], params["blocks_per_sm"]
+
+    def defines(self, params, shape):
+        warps, m_tiles, _ = self.keys(shape, params)
+        return {"WARPS": warps, "M_TILES": m_tiles}
+
+    def check_params(self, params):
+        for prefix in self.prefixes():
+            _int_param(params, f"{prefix}warps", range(1, self.max_warps + 1),
+                       f"pass {prefix}warps between 1 and {self.max_warps} (registers limit the block).")
+            _int_param(params, f"{prefix}m_tiles", (1, 2), f"pass {prefix}m_tiles=1 or 2 (16 columns each).")
+            _int_param(params, f"{prefix}blocks_per_sm", range(1, 33), f"pass {prefix}blocks_per_sm, e.g. 2.")
+
+    def prefixes(self):
+        return ("",)
+
+    def plan(self, shape, params):
+        warps, m_tiles, per_sm = self.keys(shape, params)
+        tiles = -(-shape.N // (16 * m_tiles))
+        return [(self.kernel_names[0], (self.persistent_grid(-(-tiles // warps), per_sm), 1, 1), (32 * warps, 1, 1))]
+
+    def args(self, name, y, x, w, n):
+        return (x, w.extra["packed"], y, np.int32(n))
+
+
+class TensorCoreHalf(TensorCore3xTF32):
+    """Step 14: the same in FP16 (m16n8k16, FP32 accumulation)."""
+
+    kernel_names = ("fusedTensorCoreHalfKernel",)
+    defaults = {"warps": 8, "m_tiles": 2, "blocks_per_sm": 1}
+    precision, measure, tolerance = "fp16", "scaled_abs_diff", HALF_THRESHOLD
+    packing = staticmethod(pack.f16_fragments)
+    dynamic_smem = 0
+    static_smem = 20000
+
+
+class Final(TensorCore3xTF32):
+    """Step 15: per N, step 13's 3xTF32 kernel or the 3xFP16 kernel of 15_final.cu, each
+    with its own launch shape (``small_*`` up to ``switch_columns`` columns, ``large_*`` above)."""
+
+    kernel_names = ("fusedTensorCore3xTF32Kernel", "fusedTensorCore3xFP16Kernel")
+    choices = {"3xtf32": kernel_names[0], "3xfp16": kernel_names[1]}
+    smem = {kernel_names[0]: (74272, 0), kernel_names[1]: (0, 39456)}   # (dynamic, static) bytes
+    defaults = {"small_kernel": "3xfp16", "small_warps": 4, "small_m_tiles": 1, "small_blocks_per_sm": 4,
+                "large_kernel": "3xfp16", "large_warps": 8, "large_m_tiles": 2, "large_blocks_per_sm": 1,
+                "switch_columns": 65536}
+
+    @staticmethod
+    def packing(host_weights):
+        return {"packed": pack.tf32_fragments(host_weights), "split": pack.f16_split_fragments(host_weights)}
+
+    def prefixes(self):
+        return ("small_", "large_")
+
+    def prefix(self, shape, params):
+        return "small_" if shape.N <= params["switch_columns"] else "large_"
+
+    def keys(self, shape, params):
+        p = self.prefix(shape, params)
+        return params[p + "warps"], params[p + "m_tiles"], params[p + "blocks_per_sm"]
+
+    def check_params(self, params):
+        super().check_params(params)
+        for key in ("small_kernel", "large_kernel"):
+            if params[key] not in self.choices:
+                raise ParameterError(f"{key}={params[key]!r} names no kernel.", f"use one of: {', '.join(self.choices)}.")
+        limits.finite_number("switch_columns", params["switch_columns"], 1, 2**31 - 1, example="65536")
+
+    def plan(self, shape, params):
+        (_, grid, block), = super().plan(shape, params)
+        return [(self.choices[params[self.prefix(shape, params) + "kernel"]], grid, block)]
+
+    def validate(self, shape, params):
+        self.check_params(params)
+        for name, grid, block in self.plan(shape, params):
+            limits.check_launch(grid, block, *self.smem[name], what=f"{self.slug}: {name}")
+
+    def kernel(self, name, params, problem):
+        fn = kernels.get_kernel(self.source, name, self.defines(params, problem))
+        if self.smem[name][0] > 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = self.smem[name][0]
+        return fn
+
+    def launch(self, y, x, weights, shape, params, stream=None):
+        w = self.prepare_weights(weights)
+        with (stream if stream is not None else contextlib.nullcontext()):
+            for name, grid, block in self.plan(shape, params):
+                packed = w.extra["packed" if name == self.kernel_names[0] else "split"]
+                self.kernel(name, params, shape)(grid, block, (x, packed, y, np.int32(shape.N)),
+                                                 shared_mem=self.smem[name][0])
+        return y
