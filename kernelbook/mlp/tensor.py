@@ -67,7 +67,7 @@ class Final(TensorCore3xTF32):
     kernel_names = ("fusedTensorCore3xTF32Kernel", "fusedTensorCore3xFP16Kernel")
     choices = {"3xtf32": kernel_names[0], "3xfp16": kernel_names[1]}
     smem = {kernel_names[0]: (74272, 0), kernel_names[1]: (0, 39456)}   # (dynamic, static) bytes
-    defaults = {"small_kernel": "3xfp16", "small_warps": 4, "small_m_tiles": 1, "small_blocks_per_sm": 4,
+    defaults = {"small_kernel": "3xfp16", "small_warps": 4, "small_m_tiles": 2, "small_blocks_per_sm": 2,
                 "large_kernel": "3xfp16", "large_warps": 8, "large_m_tiles": 2, "large_blocks_per_sm": 1,
                 "switch_columns": 65536}
 

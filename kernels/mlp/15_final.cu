@@ -13,7 +13,9 @@
 // Register use and fragment layout are step 14's (k16 accumulators are the next A fragments);
 // the weights are packed as uint4 {b0_hi, b1_hi, b0_lo, b1_lo} per lane, then the biases
 // (39,456 bytes of static shared memory). Step 13's kernel is compiled into the same module;
-// the host (kernelbook.mlp.impls.Final) picks the kernel and its launch shape per test case.
+// the host (kernelbook.mlp.tensor.Final) picks the kernel and its launch shape per test case.
+// In an exploratory H100 run the 3xFP16 kernel won at both sizes (100x100: 0.36 ms against
+// 0.57-0.61 ms for 3xTF32; 5x5: 8 us against 11 us), with relative L2 error 8e-7 vs float64.
 #include <cuda_fp16.h>
 #include "13_tensor_core_3xtf32.cu"
 
