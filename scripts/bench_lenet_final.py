@@ -47,21 +47,20 @@ BATCHES = (100, 1000, 10000)
 # Step-15 configurations tried per layer (threads, tiles per warp, map groups per warp,
 # prefetch, streaming stores, min blocks); the first of each list is the default.
 CONFIGS = {
+    # Sweep 3 (after interleaving the three products over tiles and groups, accumulate()):
     "C1": [
-        dict(threads=256, nt=4, mgw=1, prefetch=1, store_cs=0, min_blocks=2),
-        dict(threads=256, nt=4, mgw=1, prefetch=0, store_cs=0, min_blocks=2),
-        dict(threads=256, nt=2, mgw=1, prefetch=1, store_cs=0, min_blocks=3),
-        dict(threads=128, nt=4, mgw=1, prefetch=1, store_cs=0, min_blocks=4),
-        dict(threads=256, nt=4, mgw=1, prefetch=1, store_cs=1, min_blocks=2),
-        dict(threads=256, nt=2, mgw=1, prefetch=1, store_cs=1, min_blocks=3),
+        dict(threads=256, nt=4, mgw=1, prefetch=1, store_cs=1, min_blocks=2),  # sweeps 1-2 best: 0.70 ms
+        dict(threads=256, nt=4, mgw=1, prefetch=1, store_cs=1, min_blocks=2, mma_ordered=0),
+        dict(threads=256, nt=2, mgw=1, prefetch=1, store_cs=1, min_blocks=2),
+        dict(threads=512, nt=2, mgw=1, prefetch=0, store_cs=1, min_blocks=2),
+        dict(threads=256, nt=4, mgw=1, prefetch=1, store_cs=1, min_blocks=1),
     ],
     "C3": [
-        dict(threads=256, nt=5, mgw=4, prefetch=1, store_cs=0, min_blocks=1),
+        dict(threads=256, nt=5, mgw=4, prefetch=1, store_cs=0, min_blocks=1),  # sweeps 1-2 best: 0.765 ms
+        dict(threads=256, nt=5, mgw=4, prefetch=1, store_cs=0, min_blocks=1, mma_ordered=0),
         dict(threads=256, nt=5, mgw=4, prefetch=0, store_cs=0, min_blocks=1),
-        dict(threads=256, nt=5, mgw=2, prefetch=0, store_cs=0, min_blocks=2),
-        dict(threads=256, nt=5, mgw=2, prefetch=1, store_cs=0, min_blocks=2),
+        dict(threads=320, nt=4, mgw=4, prefetch=1, store_cs=0, min_blocks=1),
         dict(threads=384, nt=4, mgw=4, prefetch=1, store_cs=0, min_blocks=1),
-        dict(threads=416, nt=3, mgw=4, prefetch=1, store_cs=0, min_blocks=1),
     ],
 }
 
@@ -88,7 +87,7 @@ def geometry(M, C, H, W, K, threads):
 def defines15(M, C, H, W, K, cfg):
     return {"KS": K, "CIN": C, "HIN": H, "WIN": W, "MOUT": M, "THREADS": cfg["threads"], "NT": cfg["nt"],
             "MGW": cfg["mgw"], "PREFETCH": cfg["prefetch"], "STORE_CS": cfg["store_cs"],
-            "MIN_BLOCKS": cfg["min_blocks"]}
+            "MIN_BLOCKS": cfg["min_blocks"], "MMA_ORDERED": cfg.get("mma_ordered", 1)}
 
 
 def supported15(M, C, H, W, K, cfg) -> str | None:
@@ -154,7 +153,7 @@ class Step15:
         M, C, H, W, K = self.shape
         B = x.shape[0]
         if self.reason is None:
-            grid = min(B, self.sms * self.per_sm)
+            grid = min(B, self.sms * self.per_sm) if self.cfg.get("persistent", 1) else B
             self.kernel((grid,), (self.cfg["threads"],), (y, x, k, np.int32(B)), shared_mem=self.geo["smem"])
         else:
             n = B * M * (H - K + 1) * (W - K + 1)
@@ -375,6 +374,10 @@ def main():
     print(f"{'tag':10} {'B':>6} {'median':>8} {'min':>8} {'max':>8}  cfg")
     for t in result["timings"]:
         cfg = t["cfg"] if t["cfg"] == "old" else "T{threads} NT{nt} MGW{mgw} PF{prefetch} CS{store_cs} MB{min_blocks}".format(**t["cfg"])
+        if t["cfg"] != "old" and not t["cfg"].get("persistent", 1):
+            cfg += " grid=B"
+        if t["cfg"] != "old" and not t["cfg"].get("mma_ordered", 1):
+            cfg += " free-mma"
         print(f"{t['tag']:10} {t['B']:6d} {t['median_ms']:8.4f} {t['min_ms']:8.4f} {t['max_ms']:8.4f}  {cfg}")
     print()
     print("best step 15 per batch (median ms):  B | C1 | C3 | C1+C3 | step 14 C1+C3")
@@ -402,7 +405,9 @@ def main():
             "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed",
             "launch__registers_per_thread",
             "launch__occupancy_limit_registers",
-        ])
+        ] + [f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in (
+            "barrier", "long_scoreboard", "short_scoreboard", "math_pipe_throttle", "mio_throttle", "lg_throttle",
+            "wait", "not_selected", "selected", "dispatch_stall", "drain", "no_instruction")])
         cmd = ["ncu", "--clock-control", "none", "-k", "regex:conv_hopper", "--metrics", metrics, "--csv",
                sys.executable, __file__, "--profile", json.dumps(cfgs)]
         print(" ".join(cmd[:8]), "...")
@@ -412,7 +417,8 @@ def main():
             if '"conv_hopper"' in line or "conv_hopper" in line:
                 parts = [p.strip('"') for p in line.split('","')]
                 if len(parts) > 3:
-                    print("ncu", parts[-3], parts[-2], parts[-1])
+                    print("ncu", parts[0].strip('"'), parts[-3].replace("smsp__average_warps_issue_", ""),
+                          parts[-1])
 
 
 if __name__ == "__main__":

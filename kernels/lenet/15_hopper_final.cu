@@ -73,6 +73,7 @@
 //   PREFETCH                 1: load the next image into registers during this image's compute
 //   STORE_CS                 1: streaming stores (st.global.cs: evict-first in L2)
 //   MIN_BLOCKS               __launch_bounds__ minimum blocks per SM (register cap)
+//   MMA_ORDERED              1: mma asm volatile (kept in accumulate()'s interleaved order)
 //   GENERIC_ONLY             1: only conv_generic (the shape macros are then ignored)
 
 #ifndef GENERIC_ONLY
@@ -110,6 +111,9 @@
 #endif
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1
+#endif
+#ifndef MMA_ORDERED
+#define MMA_ORDERED 1
 #endif
 
 // ------------------------------------------------------------------ small helpers
@@ -158,10 +162,19 @@ __device__ __forceinline__ int scale_exponent(float m)
 
 __device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    // MMA_ORDERED = 1: volatile, so the products stay in source order (accumulate() orders them
+    // so that consecutive ones go to different accumulators; fewer registers). 0: the compiler
+    // may move them (it then hoists more loads: more registers). In the first version the three
+    // products of one accumulator were adjacent and volatile: ncu's "wait" stall dominated.
+#if MMA_ORDERED
+    asm volatile(
+#else
+    asm(
+#endif
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ void store2(float *p, float a, float b)
@@ -249,6 +262,65 @@ __device__ __forceinline__ void load_image(float4 (&pre)[NPRE], const float *xb)
     for (int i = 0; i < NPRE; ++i) {
         const int v = threadIdx.x + i * THREADS;
         pre[i] = v < NELEM / 4 ? __ldg(xb4 + v) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// One round of tiles: for each k-step (two input rows), the B fragments of MGW map groups (one
+// 16-byte load each), the A fragments of the NT tiles (hi and lo, 8 loads each), then the
+// products ordered xl*wh for all (tile, group), xh*wl for all, xh*wh for all, so that
+// consecutive mma go to different accumulators. FULL: all NT tiles are inside the image (no
+// per-tile branch); otherwise tiles u >= nt are skipped.
+template <bool FULL>
+__device__ __forceinline__ void accumulate(float (&acc)[NT][MGW][4], const unsigned *xhi, const unsigned *xlo,
+                                           const uint4 *wf, const int (&base0)[NT], const int (&base1)[NT],
+                                           int nt, int gc, int lane)
+{
+#pragma unroll
+    for (int pr = 0; pr < NPAIRS; ++pr) {
+        uint4 bw[MGW];
+#pragma unroll
+        for (int mg = 0; mg < MGW; ++mg) {
+            const int grp = gc + mg < NGRP ? gc + mg : NGRP - 1;
+            bw[mg] = wf[(pr * NGRP + grp) * 32 + lane];
+        }
+        const int off0 = row_offset(2 * pr);  // compile-time once unrolled
+        const int off1 = row_offset(2 * pr + 1);
+        // A: rows g / g + 8 (positions), columns 2t, 2t + 1 of input row 2*pr (registers 0, 1)
+        // and of row 2*pr + 1 (registers 2, 3).
+        unsigned ah[NT][4], al[NT][4];
+#pragma unroll
+        for (int u = 0; u < NT; ++u) {
+            if (FULL || u < nt) {
+                ah[u][0] = xhi[base0[u] + off0];
+                ah[u][1] = xhi[base1[u] + off0];
+                ah[u][2] = xhi[base0[u] + off1];
+                ah[u][3] = xhi[base1[u] + off1];
+                al[u][0] = xlo[base0[u] + off0];
+                al[u][1] = xlo[base1[u] + off0];
+                al[u][2] = xlo[base0[u] + off1];
+                al[u][3] = xlo[base1[u] + off1];
+            }
+        }
+#pragma unroll
+        for (int prod = 0; prod < 3; ++prod) {
+#pragma unroll
+            for (int u = 0; u < NT; ++u) {
+                if (FULL || u < nt) {
+#pragma unroll
+                    for (int mg = 0; mg < MGW; ++mg) {
+                        if (NGRP % MGW == 0 || gc + mg < NGRP) {
+                            if (prod == 0) {
+                                mma_f16(acc[u][mg], al[u], bw[mg].x, bw[mg].y);  // xl * wh
+                            } else if (prod == 1) {
+                                mma_f16(acc[u][mg], ah[u], bw[mg].z, bw[mg].w);  // xh * wl
+                            } else {
+                                mma_f16(acc[u][mg], ah[u], bw[mg].x, bw[mg].y);  // xh * wh
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -435,35 +507,12 @@ conv_hopper(float *__restrict__ y, const float *__restrict__ x, const float *__r
                         }
                     }
                 }
-#pragma unroll
-                for (int pr = 0; pr < NPAIRS; ++pr) {
-                    uint4 bw[MGW];
-#pragma unroll
-                    for (int mg = 0; mg < MGW; ++mg) {
-                        const int grp = gc + mg < NGRP ? gc + mg : NGRP - 1;
-                        bw[mg] = wf[(pr * NGRP + grp) * 32 + lane];
-                    }
-                    const int off0 = row_offset(2 * pr);      // compile-time once unrolled
-                    const int off1 = row_offset(2 * pr + 1);
-#pragma unroll
-                    for (int u = 0; u < NT; ++u) {
-                        if (u < nt) {
-                            // A: rows g / g + 8 (positions), columns 2t, 2t + 1 of input row
-                            // 2*pr (registers 0, 1) and of row 2*pr + 1 (registers 2, 3).
-                            const unsigned ah[4] = {xhi[base0[u] + off0], xhi[base1[u] + off0],
-                                                    xhi[base0[u] + off1], xhi[base1[u] + off1]};
-                            const unsigned al[4] = {xlo[base0[u] + off0], xlo[base1[u] + off0],
-                                                    xlo[base0[u] + off1], xlo[base1[u] + off1]};
-#pragma unroll
-                            for (int mg = 0; mg < MGW; ++mg) {
-                                if (MGW == 1 || gc + mg < NGRP) {
-                                    mma_f16(acc[u][mg], al, bw[mg].x, bw[mg].y);  // xl * wh
-                                    mma_f16(acc[u][mg], ah, bw[mg].z, bw[mg].w);  // xh * wl
-                                    mma_f16(acc[u][mg], ah, bw[mg].x, bw[mg].y);  // xh * wh
-                                }
-                            }
-                        }
-                    }
+                // A full round (every one of the NT tiles inside the image) takes the branch-free
+                // copy, so that the scheduler can interleave all NT * MGW * 3 products.
+                if (nt == NT) {
+                    accumulate<true>(acc, xhi, xlo, wf, base0, base1, nt, gc, lane);
+                } else {
+                    accumulate<false>(acc, xhi, xlo, wf, base0, base1, nt, gc, lane);
                 }
 
                 // D: acc[..][0..1] = map 4*group + t, position g, offsets 0, 1;

@@ -1,0 +1,184 @@
+"""Step 15, Hopper final: both LeNet layers on tensor cores at FP32-level accuracy.
+
+Not registered here: the lead wires ``HopperFinal`` into the step list. The class is
+self-contained (its own constants and checks, nothing from ``gemm.py``) so that it can move to
+``kernelbook.steps.StepImpl`` with only the base class changed.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ..errors import ShapeError
+from ..limits import check_launch, check_launch_bounds
+from .variants import INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
+
+HOPPER_MAX_K = 7                # the 8-column window holds both output offsets only for K <= 7
+HOPPER_SMEM_MAX = 200 * 1024    # dynamic shared memory per block this plan accepts (opt-in limit 227 KiB)
+HOPPER_MAX_PREFETCH = 16        # float4 registers per thread for one image
+STATIC_SMEM_MAX = 48 * 1024     # beyond this the launch must raise the kernel's dynamic limit
+GENERIC_THREADS = 256
+H100_SMS = 132                  # used for the grid when no GPU is present (validation, replay)
+
+# 'auto' configurations, by layer kind, from the device sweeps in kernels/lenet/NOTES.md
+# (step 15). "wide" = at least 8 maps (C3), "narrow" = fewer (C1).
+AUTO = {
+    "wide": {"threads": 256, "tiles_per_warp": 5, "groups_per_warp": 4, "prefetch": True,
+             "streaming_stores": False, "min_blocks": 1},
+    "narrow": {"threads": 256, "tiles_per_warp": 4, "groups_per_warp": 1, "prefetch": True,
+               "streaming_stores": True, "min_blocks": 2},
+}
+
+
+class HopperFinal(ConvVariant):
+    """Hopper final: FP16 hi/lo split on mma.sync, weights as a Toeplitz B operand, persistent grid.
+
+    Changes from ``final`` (step 14): one kernel for both layers, on tensor cores. Output pairs
+    (2w, 2w+1) of a row are the 16 rows of an m16n8k16 product; its k dimension is two (c, p)
+    input rows x 8 columns, read straight from the image in shared memory (no im2col); the
+    weights, shifted by 0 and 1 column, form the 8 columns (4 maps x 2 offsets). Every operand
+    is split into FP16 hi + lo with a power-of-two scale (per image for x, per launch for k) and
+    y = xl*wh + xh*wl + xh*wh in FP32 accumulators: ~22 mantissa bits per operand, measured
+    relative L2 error <= 1e-6. Persistent blocks build the weight fragments once and loop over
+    images (optionally loading the next image into registers during the current one).
+
+    Parameters ('auto' picks per layer, see ``AUTO``): ``threads`` (multiple of 32, 64..1024),
+    ``tiles_per_warp`` (1..8 tiles of 16 output pairs per warp at a time), ``groups_per_warp``
+    (1..4 groups of 4 maps per warp at a time), ``prefetch`` (bool), ``streaming_stores``
+    (bool), ``min_blocks`` (1..8, ``__launch_bounds__``), ``blocks_per_sm`` ('auto' = from the
+    compiled kernel's registers and shared memory, or 1..32: the persistent grid is
+    min(B, SMs * blocks_per_sm)).
+
+    Shapes with K > 7, or whose image does not fit the shared-memory / register plan, run
+    ``conv_generic`` (FP32, one output per thread, slow but exact); ``plan()["reason"]`` says why.
+
+    Build: plain NVRTC (CuPy RawModule) with the device's default architecture works: the kernel
+    uses mma.sync (sm_80+), no sm_90a-only instruction. With nvcc: ``-arch=sm_90`` (or
+    ``-gencode=arch=compute_90a,code=sm_90a``).
+    """
+
+    slug = "hopper-final"
+    title = "Hopper final: FP16 hi/lo split tensor cores (mma.sync), Toeplitz weights, persistent grid"
+    source = "lenet/15_hopper_final.cu"
+    kernel_names = ("conv_hopper", "conv_generic")
+    defaults = {"threads": "auto", "tiles_per_warp": "auto", "groups_per_warp": "auto", "prefetch": "auto",
+                "streaming_stores": "auto", "min_blocks": "auto", "blocks_per_sm": "auto"}
+    tolerance = 1e-5
+    precision: ClassVar[str] = "fp32"
+
+    # -- geometry (mirrors the constexprs of 15_hopper_final.cu)
+
+    @staticmethod
+    def geometry(shape: ConvShape, threads: int) -> dict:
+        wp = ceil_div(shape.W_out, 2)                      # output pairs per row
+        rsw = ceil_div(max(2 * wp + 6, shape.W), 2)        # 32-bit words per shared row
+        npairs = ceil_div(shape.C * shape.K, 2)            # k-steps (two input rows each)
+        ngrp = ceil_div(shape.M, 4)                        # map groups of 4
+        plane_words = shape.C * shape.H * rsw
+        wf_words = npairs * ngrp * 32 * 4
+        nelem = shape.C * shape.H * shape.W
+        npre = ceil_div(nelem // 4, threads) if nelem % 4 == 0 else 1
+        return {"positions_per_row": wp, "tiles": ceil_div(shape.H_out * wp, 16), "k_steps": npairs,
+                "map_groups": ngrp, "smem_bytes": 4 * (2 * plane_words + wf_words), "prefetch_float4": npre}
+
+    def _resolved(self, shape: ConvShape, params: dict) -> dict:
+        auto = AUTO["wide" if shape.M >= 8 else "narrow"]
+        names = {"threads": "threads", "tiles_per_warp": "tiles_per_warp", "groups_per_warp": "groups_per_warp",
+                 "prefetch": "prefetch", "streaming_stores": "streaming_stores", "min_blocks": "min_blocks"}
+        out = {key: (auto[key] if params[name] == "auto" else params[name]) for key, name in names.items()}
+        out["groups_per_warp"] = min(out["groups_per_warp"], ceil_div(shape.M, 4))
+        return out
+
+    def plan(self, shape: ConvShape, params: dict) -> dict:
+        """``{"kernel": "conv_hopper", ...}`` or ``{"kernel": "conv_generic", "reason": ...}``."""
+        cfg = self._resolved(shape, params)
+
+        def generic(reason: str) -> dict:
+            n = shape.B * shape.M * shape.H_out * shape.W_out
+            return {"kernel": "conv_generic", "reason": reason, "threads": GENERIC_THREADS,
+                    "grid": min(ceil_div(n, GENERIC_THREADS), 65535 * 8), "smem_bytes": 0}
+
+        if shape.K > HOPPER_MAX_K:
+            return generic(f"K={shape.K} > {HOPPER_MAX_K}: the 8-column window holds both output offsets "
+                           f"only for K <= {HOPPER_MAX_K}")
+        geo = self.geometry(shape, cfg["threads"])
+        if geo["smem_bytes"] > HOPPER_SMEM_MAX:
+            return generic(f"one image in FP16 hi/lo planes plus the weight fragments need {geo['smem_bytes']} "
+                           f"bytes of shared memory (> {HOPPER_SMEM_MAX})")
+        if geo["prefetch_float4"] > HOPPER_MAX_PREFETCH:
+            return generic(f"one image is {geo['prefetch_float4']} float4 registers per thread "
+                           f"(> {HOPPER_MAX_PREFETCH}); raise threads")
+        return {"kernel": "conv_hopper", "reason": None, **cfg, **geo}
+
+    def defines(self, params: dict, shape: ConvShape) -> dict:
+        plan = self.plan(shape, params)
+        if plan["kernel"] == "conv_generic":
+            return {"GENERIC_ONLY": 1}
+        return {"KS": shape.K, "CIN": shape.C, "HIN": shape.H, "WIN": shape.W, "MOUT": shape.M,
+                "THREADS": plan["threads"], "NT": plan["tiles_per_warp"], "MGW": plan["groups_per_warp"],
+                "PREFETCH": int(plan["prefetch"]), "STORE_CS": int(plan["streaming_stores"]),
+                "MIN_BLOCKS": plan["min_blocks"], "MMA_ORDERED": 1}
+
+    # -- checks before any launch
+
+    def validate(self, shape: ConvShape, params: dict) -> None:
+        super().validate(shape, params)
+        for name in ("threads", "tiles_per_warp", "groups_per_warp", "min_blocks", "blocks_per_sm"):
+            value = params[name]
+            lo, hi = {"threads": (64, 1024), "tiles_per_warp": (1, 8), "groups_per_warp": (1, 4),
+                      "min_blocks": (1, 8), "blocks_per_sm": (1, 32)}[name]
+            if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi):
+                raise ShapeError(f"{name}={value!r} is outside {lo}..{hi}.", f"pass {name}='auto' or an integer in {lo}..{hi}.")
+        if params["threads"] != "auto" and params["threads"] % 32:
+            raise ShapeError(f"threads={params['threads']} is not a multiple of 32 (whole warps).",
+                             "pass threads='auto' or a multiple of 32.")
+        for name in ("prefetch", "streaming_stores"):
+            if params[name] not in ("auto", True, False):
+                raise ShapeError(f"{name}={params[name]!r} must be 'auto', True or False.", f"pass {name}='auto'.")
+        plan = self.plan(shape, params)
+        if plan["kernel"] == "conv_generic":
+            check_launch((plan["grid"],), (GENERIC_THREADS,), 0, 0, what=f"{self.slug} (conv_generic)")
+            return
+        regs_per_thread = 65536 // (plan["threads"] * plan["min_blocks"])
+        if regs_per_thread < 32:
+            raise ShapeError(f"threads={plan['threads']} x min_blocks={plan['min_blocks']} leaves {regs_per_thread} "
+                             "registers per thread.", "lower min_blocks or threads.")
+        check_launch_bounds(plan["threads"], plan["min_blocks"], what=f"{self.slug} (conv_hopper)")
+        blocks = params["blocks_per_sm"] if params["blocks_per_sm"] != "auto" else plan["min_blocks"]
+        grid = min(shape.B, H100_SMS * blocks)
+        static_smem = 2 * 4 * (plan["threads"] // 32)  # the two per-warp reduction arrays
+        check_launch((grid,), (plan["threads"],), plan["smem_bytes"], static_smem, what=f"{self.slug} (conv_hopper)")
+        if shape.B * shape.M * shape.H_out * shape.W_out > INT32_MAX or shape.B > INT32_MAX:
+            raise ShapeError("the output exceeds 2^31 - 1 elements.", "split the batch.")
+
+    # -- launch
+
+    @staticmethod
+    def _blocks_per_sm(kernel, threads: int, smem: int) -> int:
+        """Resident blocks per SM from the compiled kernel's registers and its shared memory."""
+        import cupy as cp
+
+        attrs = cp.cuda.Device().attributes
+        regs_per_warp = ceil_div(kernel.num_regs * 32, 256) * 256
+        by_regs = (attrs.get("MaxRegistersPerMultiprocessor", 65536) // regs_per_warp) // (threads // 32)
+        by_smem = attrs.get("MaxSharedMemoryPerMultiprocessor", 233472) // (smem + 1024)
+        by_threads = attrs.get("MaxThreadsPerMultiProcessor", 2048) // threads
+        return max(1, min(by_regs, by_smem, by_threads, 32))
+
+    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
+        import cupy as cp
+
+        plan = self.plan(shape, params)
+        kernel = self.kernel(plan["kernel"], params, shape)
+        if plan["kernel"] == "conv_generic":
+            kernel((plan["grid"],), (GENERIC_THREADS,),
+                   (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+            return
+        if plan["smem_bytes"] > STATIC_SMEM_MAX and kernel.max_dynamic_shared_size_bytes < plan["smem_bytes"]:
+            kernel.max_dynamic_shared_size_bytes = plan["smem_bytes"]  # opt in past 48 KiB
+        per_sm = params["blocks_per_sm"]
+        if per_sm == "auto":
+            per_sm = self._blocks_per_sm(kernel, plan["threads"], plan["smem_bytes"])
+        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        grid = min(shape.B, sms * per_sm)  # persistent: each block loops over images
+        kernel((grid,), (plan["threads"],), (y, x, k, *int32(shape.B)), shared_mem=plan["smem_bytes"], stream=stream)
