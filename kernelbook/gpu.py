@@ -11,20 +11,33 @@ def availability() -> tuple[bool, str]:
     """``(True, device name)`` when CuPy can use a GPU, else ``(False, why not)``.
 
     ``KERNELBOOK_NO_GPU=1`` forces the answer to no (tests of the replay path use it).
+    The reason is plain words for a page ("no CUDA GPU on this machine"); the driver's own error
+    text, which means little to a reader, is kept by ``diagnosis()`` for logs.
     """
     if os.environ.get("KERNELBOOK_NO_GPU") == "1":
-        return False, "KERNELBOOK_NO_GPU=1 is set"
+        return False, "no CUDA GPU is used (KERNELBOOK_NO_GPU=1 is set)"
     try:
         import cupy as cp
     except Exception as exc:  # ImportError, or a broken CUDA library
-        return False, f"CuPy cannot be imported ({type(exc).__name__}: {exc})"
+        _DIAGNOSIS.append(f"CuPy cannot be imported: {type(exc).__name__}: {exc}")
+        return False, "CuPy cannot be loaded on this machine"
     try:
         count = cp.cuda.runtime.getDeviceCount()
     except Exception as exc:  # no driver, driver too old, no device
-        return False, f"no usable CUDA device ({type(exc).__name__}: {exc})"
+        _DIAGNOSIS.append(f"cudaGetDeviceCount failed: {type(exc).__name__}: {exc}")
+        return False, "no CUDA GPU on this machine"
     if count < 1:
-        return False, "the CUDA runtime sees no device"
+        return False, "no CUDA GPU on this machine"
     return True, device_info()["name"]
+
+
+_DIAGNOSIS: list[str] = []
+
+
+def diagnosis() -> str:
+    """The raw reason (driver or import error) behind the last ``availability`` answer, for logs."""
+    availability()
+    return "; ".join(_DIAGNOSIS) or "none"
 
 
 def available() -> bool:

@@ -24,6 +24,9 @@
 #   BATCH_TIMEOUT       seconds the papermill batch may take (default: no limit)
 #   SANITIZE_TIMEOUT    seconds compute-sanitizer may take over all variants (default 300)
 #   GPU_TESTS_TIMEOUT   seconds the GPU tests may take (default: no limit)
+#   GPU_TESTS           what pytest runs for the GPU tests (default: tests; "none" skips them)
+#   SANITIZE_STUDIES    the studies the sanitizer checks, space-separated modules
+#                       (default: kernelbook.lenet; "none" skips it)
 #
 # The run tool must carry the git-ignored wheels: carry: [".whl"].
 # Arguments are passed to `kernelbook run`, e.g. --only 'lenet/*' -p repeats=20.
@@ -103,9 +106,12 @@ PY
 finish_step "import check (papermill, jupytext, nbclient, ipykernel, IPython, kernelbook.batch)" "${PIPESTATUS[0]}"
 
 # 3. GPU tests ----------------------------------------------------------------------------------
-timeout "${GPU_TESTS_TIMEOUT:-100000}" "$PY" -m pytest -m gpu -q 2>&1 | tee "$LOGS/pytest-gpu.log"
-rc=${PIPESTATUS[0]}
-if [ "$rc" -eq 5 ]; then note "ok     pytest -m gpu (no GPU tests collected)"; else finish_step "pytest -m gpu" "$rc"; fi
+if [ "${GPU_TESTS:-tests}" != "none" ]; then
+  # shellcheck disable=SC2086  # GPU_TESTS is a list of test paths
+  timeout "${GPU_TESTS_TIMEOUT:-100000}" "$PY" -m pytest -m gpu -q ${GPU_TESTS:-tests} 2>&1 | tee "$LOGS/pytest-gpu.log"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 5 ]; then note "ok     pytest -m gpu (no GPU tests collected)"; else finish_step "pytest -m gpu ${GPU_TESTS:-tests}" "$rc"; fi
+fi
 
 # 4. the batch ----------------------------------------------------------------------------------
 # BATCH_TIMEOUT (seconds) stops a batch that would outlive the device call, so that step 5
@@ -116,9 +122,14 @@ finish_step "kernelbook run --mode measure $*" "${PIPESTATUS[0]}"
 # 4b. compute-sanitizer over every kernel, recorded into the batch's run (after the batch, so
 # each variant is checked with the configuration its chapter timed) --------------------------
 batch_run=$("$PY" -c "import json; print(json.load(open('_build/executed/batch.json'))['run_id'])" 2>/dev/null)
-if [ -n "$batch_run" ] && [ -d "data/results/$batch_run" ]; then
-  timeout "${SANITIZE_TIMEOUT:-300}" "$PY" scripts/sanitize.py --run-id "$batch_run" 2>&1 | tee "$LOGS/sanitize.log" | tail -5
-  finish_step "scripts/sanitize.py --run-id $batch_run" "${PIPESTATUS[0]}"
+if [ "${SANITIZE_STUDIES:-kernelbook.lenet}" = "none" ]; then
+  note "skipped sanitizer: SANITIZE_STUDIES=none"
+elif [ -n "$batch_run" ] && [ -d "data/results/$batch_run" ]; then
+  for study in ${SANITIZE_STUDIES:-kernelbook.lenet}; do
+    timeout "${SANITIZE_TIMEOUT:-300}" "$PY" scripts/sanitize.py --study "$study" --run-id "$batch_run" 2>&1 \
+      | tee -a "$LOGS/sanitize.log" | tail -5
+    finish_step "scripts/sanitize.py --study $study --run-id $batch_run" "${PIPESTATUS[0]}"
+  done
 else
   note "skipped sanitizer: the batch recorded no run"
 fi

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""compute-sanitizer memcheck and racecheck over every kernel variant, recorded into a run.
+"""compute-sanitizer memcheck and racecheck over every step of a study, recorded into a run.
 
-    python scripts/sanitize.py                      # every registered variant, both layers, new run
-    python scripts/sanitize.py --run-id 20261122T0430Z-3f9c1a --variants baseline,tiled
-    python scripts/sanitize.py --tools memcheck --batch 2
+    python scripts/sanitize.py                      # LeNet: every step, both layers, new run
+    python scripts/sanitize.py --study kernelbook.mlp --run-id 20261122T0430Z-3f9c1a
+    python scripts/sanitize.py --variants baseline,tiled --tools memcheck --batch 2
 
-Each (variant, layer, tool) is one process: ``compute-sanitizer --tool T --error-exitcode 1
-python -m kernelbook.lenet.profile_target --variant V --layers L --batch 4``, which launches the
-variant's kernels for that layer once and nothing else. The "ERROR SUMMARY: N errors" line is
-recorded as metric ``sanitizer_errors`` (field ``tool``) in part ``lenet-sanitizer``, with the
-log tail in ``extra``; the book's profiles page shows it. Each layer runs with the parameters of
+Each (step, case, tool) is one process: ``compute-sanitizer --tool T --error-exitcode 1
+python -m kernelbook.evidence.target --study S --step V --cases L --size N``, which launches the
+step's kernels for that case once and nothing else. The "ERROR SUMMARY: N errors" line is
+recorded as metric ``sanitizer_errors`` (field ``tool``) in part ``<study>-sanitizer``, with the
+log tail in ``extra``; the study's profiles page shows it. Each case runs with the parameters of
 the step's newest recorded chapter (the configuration that was timed), else the defaults.
 
 Exit status: 0 when every check ran and found nothing, 1 when any found errors or could not run,
@@ -31,11 +31,12 @@ TOOLS = ("memcheck", "racecheck")
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--study", default="kernelbook.lenet", help="the study's module (default kernelbook.lenet)")
     parser.add_argument("--run-id", help="write into this run (created if missing); default: a new run")
     parser.add_argument("--variants", help="comma-separated variants (default: every registered one)")
-    parser.add_argument("--layers", default="C1,C3")
+    parser.add_argument("--layers", default="", help="comma-separated cases (default: all of the study's)")
     parser.add_argument("--tools", default=",".join(TOOLS), help="compute-sanitizer tools (default memcheck,racecheck)")
-    parser.add_argument("--batch", type=int, default=4, help="images per launch (default 4)")
+    parser.add_argument("--batch", type=int, default=None, help="size per launch (default: the study's small size)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per sanitizer process")
     parser.add_argument("--default-params", action="store_true",
                         help="use each variant's default parameters, not its recorded chapter's")
@@ -45,36 +46,40 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from kernelbook import gpu, profiling, provenance, results
-    from kernelbook.lenet import get_variant, variant_names
-    from kernelbook.lenet.study import load_recorded
+    import importlib
 
-    tool = profiling.sanitizer_path()
+    from kernelbook import gpu, provenance, results
+    from kernelbook.chapter import load_recorded
+    from kernelbook.evidence import sanitizer, tools as profiler_tools
+
+    study = importlib.import_module(args.study).STUDY
+    tool = profiler_tools.sanitizer_path()
     ok, why = gpu.availability()
     if tool is None or not ok:
         reason = "compute-sanitizer is not installed" if tool is None else f"there is no usable GPU ({why})"
         print(f"sanitize: not available here: {reason}; nothing checked, nothing recorded.")
         return 3 if args.strict else 0
 
-    variants = [v.strip() for v in args.variants.split(",")] if args.variants else variant_names()
+    variants = [v.strip() for v in args.variants.split(",")] if args.variants else study.steps.slugs()
     for v in variants:
-        get_variant(v)  # an unknown name fails here, before anything runs
-    layers = [layer.strip() for layer in args.layers.split(",") if layer.strip()]
+        study.steps.get(v)  # an unknown name fails here, before anything runs
+    layers = [layer.strip() for layer in args.layers.split(",") if layer.strip()] or list(study.cases)
+    size = args.batch or getattr(study, "sanitizer_size", sanitizer.SANITIZER_SIZE)
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
 
     records, logs, bad = [], {}, 0
     started = time.monotonic()
     for variant in variants:
-        chapter = None if args.default_params else load_recorded(variant, prefer_run=args.run_id)
-        layer_params = profiling.chapter_layer_params(chapter) if chapter is not None else {}
+        chapter = None if args.default_params else load_recorded(study, variant, prefer_run=args.run_id)
+        layer_params = chapter.case_params() if chapter is not None else {}
         for layer in layers:
             for name in tools:
                 t0 = time.monotonic()
                 try:
-                    summary = profiling.run_sanitizer(name, variant, layer_params, args.batch, [layer], args.timeout)
-                except profiling.ProfilerUnavailable as exc:
+                    summary = sanitizer.run_sanitizer(study, name, variant, layer_params, size, [layer], args.timeout)
+                except profiler_tools.ProfilerUnavailable as exc:
                     summary = {"errors": None, "rc": None, "passed": False, "log_tail": str(exc), "command": ""}
-                record = profiling.sanitizer_record(name, variant, layer, args.batch, summary)
+                record = sanitizer.sanitizer_record(study, name, variant, layer, size, summary)
                 record["params"] = layer_params.get(layer, {})
                 record["seconds"] = round(time.monotonic() - t0, 1)
                 records.append(record)
@@ -87,15 +92,16 @@ def main(argv=None) -> int:
                 if verdict != "pass":
                     print("  " + summary.get("log_tail", "").replace("\n", "\n  ")[-3000:], flush=True)
 
-    parameters = {"batch": args.batch, "tools": tools, "layers": layers, "variants": variants,
+    parameters = {"batch": size, "tools": tools, "layers": layers, "variants": variants,
                   "recorded_params": not args.default_params}
     run = results.create_run(provenance.manifest_fields(gpu.device_info(), parameters), run_id=args.run_id)
-    if run.has_part(profiling.SANITIZER_PART):  # keep what this call did not re-check
-        old = run.read_part(profiling.SANITIZER_PART)
+    part = sanitizer.part(study)
+    if run.has_part(part):  # keep what this call did not re-check
+        old = run.read_part(part)
         done = {(r["variant"], r["layer"], r.get("tool")) for r in records}
         records = [r for r in old["records"] if (r["variant"], r["layer"], r.get("tool")) not in done] + records
         logs = {**(old.get("extra") or {}).get("logs", {}), **logs}
-    path = run.write_part(profiling.SANITIZER_PART, "lenet", records, extra={"logs": logs}, parameters=parameters)
+    path = run.write_part(part, study.name, records, extra={"logs": logs}, parameters=parameters)
     print(f"sanitize: {len(records)} results in {path} ({time.monotonic() - started:.0f} s); "
           f"{bad} not passed.")
     return 1 if bad else 0

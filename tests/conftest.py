@@ -60,6 +60,6 @@ def fabricate_chapter(root, variant="baseline", correct=True, run_id=None, batch
     checks = [{"label": "C1", "layer": "C1", "shape": {"B": 3, "M": 4, "C": 1, "H": 86, "W": 86, "K": 7},
                "passed": correct, "rel_l2_error": 1e-7 if correct else 0.5, "max_abs_error": 1e-6,
                "unwritten": 0, "tolerance": 1e-5, "error": None}]
-    params = {"variant": variant, "batch_sizes": list(batches), "params": {}}
+    params = {"variant": variant, "batch_sizes": list(batches), "params": {}, "weights": "data/models/lenet86.bin"}
     run.write_part(f"lenet-{variant}", "lenet", recs, checks, parameters=params)
     return run
