@@ -12,7 +12,8 @@
 // ReLU and the pool run in registers, and only the pooled quarter is stored.
 //
 // TF32 keeps 10 mantissa bits: operands are rounded (cvt.rna) before the product, so the result
-// differs from FP32 by ~1e-3 relative per product; the error over the layer is about 5e-4 rel. L2.
+// differs from FP32 by up to ~5e-4 relative per product; over the layer the error measured
+// ~2e-4 relative L2 against float64 on the H100 (tolerance 5e-3).
 // Step 08 (SPLIT3=1) recovers FP32 accuracy with three products per pair.
 // Defaults: the best tile measured on the H100 at B=1 (BM=128 channels × 16×16 pixels, 8 warps
 // of 64 channels × 4 rows, one block per SM: 128 accumulators per thread need up to 255 registers).
