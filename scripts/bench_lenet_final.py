@@ -47,20 +47,14 @@ BATCHES = (100, 1000, 10000)
 # Step-15 configurations tried per layer (threads, tiles per warp, map groups per warp,
 # prefetch, streaming stores, min blocks); the first of each list is the default.
 CONFIGS = {
-    # Sweep 3 (after interleaving the three products over tiles and groups, accumulate()):
+    # The chosen configuration per layer (HopperFinal's 'auto'), from sweeps 1-3 (NOTES.md step 15).
     "C1": [
-        dict(threads=256, nt=4, mgw=1, prefetch=1, store_cs=1, min_blocks=2),  # sweeps 1-2 best: 0.70 ms
-        dict(threads=256, nt=4, mgw=1, prefetch=1, store_cs=1, min_blocks=2, mma_ordered=0),
-        dict(threads=256, nt=2, mgw=1, prefetch=1, store_cs=1, min_blocks=2),
-        dict(threads=512, nt=2, mgw=1, prefetch=0, store_cs=1, min_blocks=2),
-        dict(threads=256, nt=4, mgw=1, prefetch=1, store_cs=1, min_blocks=1),
+        dict(threads=256, nt=4, mgw=1, prefetch=1, store_cs=1, min_blocks=2, mma_ordered=0, interleave=1),
+        dict(threads=256, nt=2, mgw=1, prefetch=1, store_cs=1, min_blocks=2, mma_ordered=0, interleave=1),
     ],
     "C3": [
-        dict(threads=256, nt=5, mgw=4, prefetch=1, store_cs=0, min_blocks=1),  # sweeps 1-2 best: 0.765 ms
-        dict(threads=256, nt=5, mgw=4, prefetch=1, store_cs=0, min_blocks=1, mma_ordered=0),
-        dict(threads=256, nt=5, mgw=4, prefetch=0, store_cs=0, min_blocks=1),
-        dict(threads=320, nt=4, mgw=4, prefetch=1, store_cs=0, min_blocks=1),
-        dict(threads=384, nt=4, mgw=4, prefetch=1, store_cs=0, min_blocks=1),
+        dict(threads=256, nt=5, mgw=4, prefetch=1, store_cs=0, min_blocks=1, mma_ordered=1, interleave=0),
+        dict(threads=416, nt=3, mgw=4, prefetch=1, store_cs=0, min_blocks=1, mma_ordered=1, interleave=0),
     ],
 }
 
@@ -87,7 +81,8 @@ def geometry(M, C, H, W, K, threads):
 def defines15(M, C, H, W, K, cfg):
     return {"KS": K, "CIN": C, "HIN": H, "WIN": W, "MOUT": M, "THREADS": cfg["threads"], "NT": cfg["nt"],
             "MGW": cfg["mgw"], "PREFETCH": cfg["prefetch"], "STORE_CS": cfg["store_cs"],
-            "MIN_BLOCKS": cfg["min_blocks"], "MMA_ORDERED": cfg.get("mma_ordered", 1)}
+            "MIN_BLOCKS": cfg["min_blocks"], "MMA_ORDERED": cfg.get("mma_ordered", 1),
+            "INTERLEAVE": cfg.get("interleave", 1)}
 
 
 def supported15(M, C, H, W, K, cfg) -> str | None:
@@ -378,6 +373,8 @@ def main():
             cfg += " grid=B"
         if t["cfg"] != "old" and not t["cfg"].get("mma_ordered", 1):
             cfg += " free-mma"
+        if t["cfg"] != "old" and not t["cfg"].get("interleave", 1):
+            cfg += " per-tile"
         print(f"{t['tag']:10} {t['B']:6d} {t['median_ms']:8.4f} {t['min_ms']:8.4f} {t['max_ms']:8.4f}  {cfg}")
     print()
     print("best step 15 per batch (median ms):  B | C1 | C3 | C1+C3 | step 14 C1+C3")

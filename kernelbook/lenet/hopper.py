@@ -24,9 +24,9 @@ H100_SMS = 132                  # used for the grid when no GPU is present (vali
 # (step 15). "wide" = at least 8 maps (C3), "narrow" = fewer (C1).
 AUTO = {
     "wide": {"threads": 256, "tiles_per_warp": 5, "groups_per_warp": 4, "prefetch": True,
-             "streaming_stores": False, "min_blocks": 1},
+             "streaming_stores": False, "min_blocks": 1, "interleave": False, "mma_ordered": True},
     "narrow": {"threads": 256, "tiles_per_warp": 4, "groups_per_warp": 1, "prefetch": True,
-               "streaming_stores": True, "min_blocks": 2},
+               "streaming_stores": True, "min_blocks": 2, "interleave": True, "mma_ordered": False},
 }
 
 
@@ -86,6 +86,9 @@ class HopperFinal(ConvVariant):
         names = {"threads": "threads", "tiles_per_warp": "tiles_per_warp", "groups_per_warp": "groups_per_warp",
                  "prefetch": "prefetch", "streaming_stores": "streaming_stores", "min_blocks": "min_blocks"}
         out = {key: (auto[key] if params[name] == "auto" else params[name]) for key, name in names.items()}
+        # How the products are ordered is tied to the register budget of the tile shape: taken
+        # from the layer kind, not a caller parameter.
+        out["interleave"], out["mma_ordered"] = auto["interleave"], auto["mma_ordered"]
         out["groups_per_warp"] = min(out["groups_per_warp"], ceil_div(shape.M, 4))
         return out
 
@@ -117,7 +120,8 @@ class HopperFinal(ConvVariant):
         return {"KS": shape.K, "CIN": shape.C, "HIN": shape.H, "WIN": shape.W, "MOUT": shape.M,
                 "THREADS": plan["threads"], "NT": plan["tiles_per_warp"], "MGW": plan["groups_per_warp"],
                 "PREFETCH": int(plan["prefetch"]), "STORE_CS": int(plan["streaming_stores"]),
-                "MIN_BLOCKS": plan["min_blocks"], "MMA_ORDERED": 1}
+                "MIN_BLOCKS": plan["min_blocks"], "MMA_ORDERED": int(plan["mma_ordered"]),
+                "INTERLEAVE": int(plan["interleave"])}
 
     # -- checks before any launch
 
