@@ -91,12 +91,19 @@ def timing_note(records: list[dict], metrics) -> str:
 # ----------------------------------------------------------------------------- chapter tables
 
 
-def _cell(r: dict | None, kind: str, spread: bool) -> str:
+def _cell(r: dict | None, kind: str, spread: bool, base: dict | None = None) -> str:
     if r is None or r["value"] is None:
         return "–"
     value = r["value"]
+    if kind == "speedup_vs_baseline":
+        return "–" if base is None or not value else f"{base['value'] / value:.2f}"
+    if kind == "ms":
+        text = f"{value:.4g}"
+        return text + (f" ({r['min']:.4g}–{r['max']:.4g})" if spread and r.get("min") is not None else "")
     if kind == "accuracy":
         return f"{value:.4f}"
+    if kind == "rate":
+        return f"{value:,.0f}"
     if kind == "speedup":
         return f"{value:.2f}×"
     if kind == "number":
@@ -113,9 +120,11 @@ def sizes_of(chapter) -> list[int]:
 
 
 def milestone_frame(chapter, spread: bool = False) -> pd.DataFrame:
-    """The study's milestone table: a row per size, the study's columns; a step that failed its
-    check shows ``FAILED check`` instead of any number."""
+    """The study's milestone table: a row per size (or per case), the study's columns; a step that
+    failed its check shows ``FAILED check`` instead of any number."""
     columns = chapter.study.columns()
+    if chapter.study.rows == "cases":
+        return _case_rows(chapter, columns, spread)
     rows = []
     for size in sizes_of(chapter):
         row = {chapter.study.size_header: size}
@@ -126,9 +135,28 @@ def milestone_frame(chapter, spread: bool = False) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[chapter.study.size_header] + [c.header for c in columns])
 
 
+def _case_rows(chapter, columns, spread: bool) -> pd.DataFrame:
+    study = chapter.study
+    baseline = None
+    if any(c.kind == "speedup_vs_baseline" for c in columns):
+        from .chapter import load_recorded
+
+        baseline = chapter if chapter.variant == study.steps.baseline.slug else load_recorded(
+            study, study.steps.baseline.slug, prefer_run=chapter.session.run.run_id)
+    rows = []
+    for case in sizes_of(chapter):
+        row = {study.case_header: case}
+        for col in columns:
+            r = find_record(chapter.records, col.metric, col.case or case)
+            base = find_record(baseline.records, col.metric, col.case or case) if baseline is not None else None
+            row[col.header] = _cell(r, col.kind, spread, base) if chapter.correct else "FAILED check"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[study.case_header] + [c.header for c in columns])
+
+
 def milestone_table(chapter, spread: bool = True):
     columns = chapter.study.columns()
-    note = timing_note(chapter.records, dict.fromkeys(c.metric for c in columns if c.kind == "time"))
+    note = timing_note(chapter.records, dict.fromkeys(c.metric for c in columns if c.kind in ("time", "ms")))
     caption = f"{chapter.variant}: medians (min–max) over the repeats. {note} [{chapter.recording.short_label}]"
     return styled(milestone_frame(chapter, spread=spread), caption)
 
@@ -218,24 +246,27 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
     current = steps[names[-1]]
     if not current.correct:
         return ["This step failed its correctness check, so it takes no part in the comparison."]
-    timed = [r["batch"] for r in current.records if r["metric"] == metric]
+    timed = [r for r in current.records if r["metric"] == metric]
     if not timed:
         return ["Nothing was timed for this step."]
-    size = size or max(timed)
     lines = []
     for case in current.study.cases:
-        mine = find_record(current.records, metric, case, size)
+        sizes = [r["batch"] for r in timed if r["layer"] == case]
+        if not sizes:
+            continue
+        size_here = size or max(sizes)
+        mine = find_record(current.records, metric, case, size_here)
         for name in names[:-1]:
             other = steps[name]
-            theirs = find_record(other.records, metric, case, size) if other.correct else None
+            theirs = find_record(other.records, metric, case, size_here) if other.correct else None
             if not (mine and theirs):
                 continue
             ratio = theirs["value"] / mine["value"]
             word = (f"{ratio:.2f}× faster than" if ratio >= 1.05 else
                     f"{1 / ratio:.2f}× slower than" if ratio <= 0.95 else "within 5 % of")
-            lines.append(f"{case} at {current.study.size_header.lower()} {size}: {format_ms(mine['value'])}, {word} "
+            lines.append(f"{case} at {current.study.size_header.lower()} {size_here:,}: {format_ms(mine['value'])}, {word} "
                          f"the {_role(name)} ({other.variant}, {format_ms(theirs['value'])}).")
-    return lines or [f"No earlier step is recorded at {size} to compare with."]
+    return lines or ["No earlier step is recorded at these sizes to compare with."]
 
 
 def show_source(relpath: str, start: str | None = None):

@@ -23,8 +23,8 @@ class Column:
 
     header: str
     metric: str
-    case: str
-    kind: str = "time"       # time | accuracy | number | speedup
+    case: str | None         # None: the row's case (tables with a row per case)
+    kind: str = "time"       # time | ms | accuracy | number | speedup | speedup_vs_baseline
 
 
 class Study:
@@ -34,10 +34,13 @@ class Study:
     title: ClassVar[str]
     steps: ClassVar[StepList]
     cases: ClassVar[tuple[str, ...]]          # layers or test cases, in table order
+    profile_cases: ClassVar[tuple[str, ...] | None] = None  # the cases Nsight Compute profiles (default: all)
     case_header: ClassVar[str] = "Layer"
     size_header: ClassVar[str] = "Batch Size"  # what the size of a measurement is called
     size_name: ClassVar[str] = "batch_sizes"   # the notebook parameter that lists sizes
     case_params_name: ClassVar[str] = "case_params"  # the notebook parameter of per-case parameters
+    rows: ClassVar[str] = "sizes"              # milestone rows: one per size, or one per case ("cases")
+    sanitizer_size: ClassVar[int] = 4          # the size compute-sanitizer launches (small: it is slow)
     default_sizes: ClassVar[tuple[int, ...]] = ()
     max_size: ClassVar[int | None] = None
     time_metric: ClassVar[str] = "op_time_ms"  # the metric steps are compared by
@@ -52,6 +55,11 @@ class Study:
         from .results import part_name
 
         return part_name(self.name, self.steps.get(step).slug, *kind)
+
+    def size_of(self, case: str, size: int) -> int:
+        """The size a measurement of ``case`` has when ``size`` was asked for (studies whose cases
+        fix their own size, like the MLP's test cases, override this)."""
+        return size
 
     def impl(self, step: str) -> StepImpl:
         return self.steps.impl(step)

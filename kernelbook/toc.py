@@ -110,18 +110,22 @@ def notebook_name(path: Path, book_root: Path) -> str:
 
 
 def select(notebooks: list[Path], only: str | None, book_root: Path) -> list[Path]:
-    """The notebooks whose name (or name with extension) matches the fnmatch pattern ``only``."""
+    """The notebooks whose name (or name with extension) matches ``only``: one fnmatch pattern, or
+    several separated by commas (``'lenet/00_*,lenet/90_*'``), in table-of-contents order."""
     if not only:
         return list(notebooks)
-    chosen = [
-        nb for nb in notebooks
-        if fnmatch.fnmatchcase(notebook_name(nb, book_root), only)
-        or fnmatch.fnmatchcase(Path(nb).resolve().relative_to(Path(book_root).resolve()).as_posix(), only)
-    ]
+    patterns = [p.strip() for p in only.split(",") if p.strip()]
+
+    def matches(nb: Path) -> bool:
+        names = (notebook_name(nb, book_root),
+                 Path(nb).resolve().relative_to(Path(book_root).resolve()).as_posix())
+        return any(fnmatch.fnmatchcase(name, pattern) for name in names for pattern in patterns)
+
+    chosen = [nb for nb in notebooks if matches(nb)]
     if not chosen:
         names = ", ".join(notebook_name(nb, book_root) for nb in notebooks) or "none"
         raise BatchError(
             f"--only {only!r} matches no notebook of the book (the notebooks are: {names}).",
-            "pass a pattern relative to book/, e.g. --only 'lenet/*' or --only '*baseline*'.",
+            "pass a pattern relative to book/, e.g. --only 'lenet/*' or --only 'lenet/00_*,mlp/*'.",
         )
     return chosen

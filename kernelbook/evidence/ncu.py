@@ -109,6 +109,8 @@ def run_ncu(study, variant: str, case_params: dict | None = None, size: int | No
         if not kernels:
             raise ProfilerUnavailable(f"ncu profiled no kernel of {variant}.\n{_tail(log, 20)}",
                                       "run the target command (extra['commands']) alone to see whether it launches anything.")
+    for r in records:  # a case that fixes its own size (an MLP test case) is recorded at that size
+        r["batch"] = study.size_of(r["layer"], batch)
     extra = {"kernels": kernels, "requested_metrics": requested, "chosen": {k: list(v) for k, v in chosen.items()},
              "missing_metrics": missing, "rejected_metrics": rejected, "metric_list": available is not None,
              "commands": [" ".join(c) for c in commands], "attribution": attribution,
@@ -156,7 +158,7 @@ def for_chapter(chapter, profile: bool = True, size: int | None = None,
         return True, ""
 
     def measure() -> session_mod.Measurement:
-        records, extra = run_ncu(study, chapter.variant, case_params, size, study.cases, timeout)
+        records, extra = run_ncu(study, chapter.variant, case_params, size, study.profile_cases or study.cases, timeout)
         return session_mod.Measurement(records, [], extra)
 
     mode = "measure" if chapter.session.measuring else "replay"

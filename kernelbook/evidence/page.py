@@ -36,9 +36,9 @@ class ProfilesPage:
 
     def roofline(self, size: int | None = None):
         frame = self.points(size)
-        return roofline.roofline(frame, self.found_ceilings,
-                                 title=f"Roofline of the {self.study.title} steps at "
-                                       f"{self.study.size_header.lower()} {size or self.study.profile_size}")
+        where = (f"at {self.study.size_header.lower()} {size or self.study.profile_size}"
+                 if self.study.rows != "cases" else "for each case")
+        return roofline.roofline(frame, self.found_ceilings, title=f"Roofline: {self.study.title}, {where}")
 
     def points_table(self, size: int | None = None):
         return roofline.point_table(self.points(size))

@@ -17,7 +17,7 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..report import record_value
+from ..report import ANY_BATCH
 from .ceilings import Ceilings, ceilings_for
 from .ncu import load_ncu
 from .tools import NOT_RECORDED
@@ -40,7 +40,8 @@ def points_from(study, chapters: dict, ncu: dict, vendor_records: list[dict] | N
     ncu records (possibly empty). Intensity uses the ncu DRAM bytes at the batch they were
     profiled at (intensity barely depends on the batch), else the fewest bytes at ``batch``.
     """
-    batch = size or study.profile_size
+    batch = size or (None if study.rows == "cases" else study.profile_size)
+    at = ANY_BATCH if batch is None else batch
     rows = []
     sources = [(v, ch.records, ch.recording.short_label, not ch.session.measuring, ch.session.run.run_id)
                for v, ch in chapters.items() if ch is not None and ch.correct]
@@ -48,18 +49,20 @@ def points_from(study, chapters: dict, ncu: dict, vendor_records: list[dict] | N
         sources.append((v, [r for r in vendor_records if r["variant"] == v], vendor_label, True, vendor_run_id))
     for number, (variant, records, provenance, replayed, run_id) in enumerate(sources, start=1):
         for layer in study.cases:
-            op = record_value(records, study.time_metric, layer, batch)
-            if op is None:
+            found = [r for r in records if r["metric"] == study.time_metric and r["layer"] == layer
+                     and (at is ANY_BATCH or r["batch"] == at)]
+            if not found or found[0]["value"] is None:
                 continue
-            shape = study.problem(layer, batch)
+            op, size_here = found[0]["value"], found[0]["batch"]
+            shape = study.problem(layer, size_here)
             dram = [r for r in ncu.get(variant) or [] if r["metric"] == "dram_bytes" and r["layer"] == layer
                     and r["value"]]
             if dram:
-                profiled = study.problem(layer, dram[0].get("batch") or batch)
+                profiled = study.problem(layer, dram[0].get("batch") or size_here)
                 intensity, nbytes, source = profiled.flops / dram[0]["value"], dram[0]["value"], "dram (ncu)"
             else:
                 intensity, nbytes, source = shape.flops / shape.min_bytes, shape.min_bytes, "fewest bytes"
-            rows.append({"number": number, "variant": variant, "layer": layer, "batch": batch, "flops": shape.flops,
+            rows.append({"number": number, "variant": variant, "layer": layer, "batch": size_here, "flops": shape.flops,
                          "op_time_ms": op, "gflops": shape.flops / (op / 1e3) / 1e9, "intensity": intensity,
                          "bytes": nbytes, "bytes_source": source, "provenance": provenance, "replayed": replayed,
                          "run_id": run_id})

@@ -22,7 +22,7 @@ from .impls import PreparedWeights
 from .problem import CASES, LAYERS, MlpShape, check_columns
 from .steps import STEPS
 
-STUDY = "mlp"
+NAME = "mlp"
 
 
 def check_call(step: str, x, weights, out=None, **params):
@@ -98,5 +98,7 @@ def forward(x, weights, step: str = "baseline", out=None, stream=None, **params)
     return out
 
 
-__all__ = ["CASES", "LAYERS", "MlpShape", "PreparedWeights", "STEPS", "STUDY", "check_call", "forward",
+from .study import STUDY  # noqa: E402  (the study object needs the functions above)
+
+__all__ = ["CASES", "LAYERS", "MlpShape", "NAME", "PreparedWeights", "STEPS", "STUDY", "check_call", "forward",
            "load_weights", "make_signals", "make_weights"]

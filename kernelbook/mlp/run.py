@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import checks, measure, results
 from ..checks import CheckResult
-from . import STUDY, STEPS, require_gpu
+from . import NAME, STEPS, require_gpu
 from .data import load_weights, make_signals, make_weights
 from .problem import CASES, MlpShape, case_columns
 from .reference import HALF_THRESHOLD, forward32, forward64, rel_l2, scaled_abs_diff
@@ -131,7 +131,7 @@ def measure_step(slug: str, params: dict | None = None, cases=("5x5", "100x100")
         run()
         got = y.get()
         extra = {"flops": shape.flops, "min_bytes": shape.min_bytes, "params": merged}
-        rec = functools.partial(results.record, STUDY, slug, case, shape.N)
+        rec = functools.partial(results.record, NAME, slug, case, shape.N)
         records += [rec("op_time_ms", op, "ms", **extra),
                     rec("time_with_upload_ms", with_upload, "ms", **extra),
                     rec("scaled_abs_diff", scaled_abs_diff(got, ref32), "", **extra),
@@ -210,7 +210,7 @@ def measure_vendor(cases=("5x5", "100x100"), repeats: int = 20, warmup: int = 3)
                 torch.cuda.synchronize()
                 got = holder["y"].float().cpu().numpy().T
                 extra = {"flops": shape.flops, "min_bytes": shape.min_bytes}
-                rec = functools.partial(results.record, STUDY, variant, case, shape.N)
+                rec = functools.partial(results.record, NAME, variant, case, shape.N)
                 records += [rec("op_time_ms", op, "ms", **extra),
                             rec("scaled_abs_diff", scaled_abs_diff(got, ref32), "", **extra),
                             rec("rel_l2_error", rel_l2(got, ref64), "", **extra)]
@@ -220,8 +220,9 @@ def measure_vendor(cases=("5x5", "100x100"), repeats: int = 20, warmup: int = 3)
 
 
 def launch_once(slug: str, case: str, params: dict | None = None):
-    """Prepare, then launch the step once for a test case and synchronise (a profiler target:
-    after preparation only the step's own kernels run; inputs are drawn with NumPy and copied)."""
+    """Prepare, and return a callable that launches the step once for a test case (a profiler
+    target: after preparation only the step's own kernels run; inputs are drawn with NumPy and
+    copied)."""
     import cupy as cp
 
     require_gpu()
@@ -236,9 +237,7 @@ def launch_once(slug: str, case: str, params: dict | None = None):
     if hasattr(impl, "scratch"):
         impl.scratch(shape.N)
     cp.cuda.Device().synchronize()
-    impl.launch(y, x, prepared, shape, merged)
-    cp.cuda.Device().synchronize()
-    return y
+    return lambda: impl.launch(y, x, prepared, shape, merged)
 
 
 __all__ = ["CASES", "VENDOR_VARIANTS", "check_step", "launch_once", "measure_step", "measure_vendor"]

@@ -16,7 +16,7 @@ import numpy as np
 from .. import checks, results
 from ..errors import ParameterError
 from ..measure import Measured, check_repeats, time_gpu
-from . import STEPS, STUDY, forward, require_gpu
+from . import NAME, STEPS, forward, require_gpu
 from .problem import CASES, ConvPoolShape
 from .reference import reference, reference_at
 
@@ -137,8 +137,8 @@ def measure_step(slug: str, params: dict | None = None, cases=("B=1",), repeats:
                                                 stream=cp.cuda.get_current_stream()),
                             repeats, warmup, graph=impl.graph_capturable)
         common = dict(flops=shape.flops, min_bytes=shape.min_bytes, precision=impl.precision, params=merged)
-        records.append(results.record(STUDY, slug, name, shape.B, "op_time_ms", measured, **common))
-        records.append(results.record(STUDY, slug, name, shape.B, "gflops",
+        records.append(results.record(NAME, slug, name, shape.B, "op_time_ms", measured, **common))
+        records.append(results.record(NAME, slug, name, shape.B, "gflops",
                                       shape.flops / (measured.median * 1e6), unit="GFLOP/s", **common))
     return records
 
@@ -197,10 +197,10 @@ def measure_vendor(cases=("B=1",), repeats: int = 20, warmup: int = 3, seed: int
                 measured = Measured(samples, unit="ms", extra={"timing": "events"})
                 common = dict(flops=shape.flops, min_bytes=shape.min_bytes, library="cuDNN",
                               library_version=str(torch.backends.cudnn.version()))
-                records.append(results.record(STUDY, variant, name, shape.B, "op_time_ms", measured, **common))
-                records.append(results.record(STUDY, variant, name, shape.B, "gflops",
+                records.append(results.record(NAME, variant, name, shape.B, "op_time_ms", measured, **common))
+                records.append(results.record(NAME, variant, name, shape.B, "gflops",
                                               shape.flops / (measured.median * 1e6), unit="GFLOP/s", **common))
-                records.append(results.record(STUDY, variant, name, shape.B, "rel_l2_error", err,
+                records.append(results.record(NAME, variant, name, shape.B, "rel_l2_error", err,
                                               reference="float64 at sampled pooled outputs", **common))
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
@@ -208,10 +208,11 @@ def measure_vendor(cases=("B=1",), repeats: int = 20, warmup: int = 3, seed: int
 
 
 def launch_once(slug: str, case="B=1", params: dict | None = None, seed: int = 0):
-    """Allocate inputs (NumPy, uploaded with ``.set()``), compile, launch the step once, synchronise.
+    """Allocate inputs (NumPy, uploaded with ``.set()``), compile, and return a callable that
+    launches the step once.
 
     After preparation nothing but the step's own kernel(s) is launched: a clean target for
-    Nsight Compute or compute-sanitizer. Returns the output (a CuPy array).
+    Nsight Compute or compute-sanitizer.
     """
     import cupy as cp
 
@@ -224,6 +225,4 @@ def launch_once(slug: str, case="B=1", params: dict | None = None, seed: int = 0
     y = cp.empty(shape.y_shape, dtype=cp.float32)
     impl.prepare(merged, shape)
     cp.cuda.Device().synchronize()
-    impl.launch(y, dx, dw, db, shape, merged)
-    cp.cuda.Device().synchronize()
-    return y
+    return lambda: impl.launch(y, dx, dw, db, shape, merged)
