@@ -20,13 +20,17 @@ def _provenance(ax, chapter) -> None:
             color="0.35" if chapter.session.measuring else "#D55E00", va="top")
 
 
-def _bars(ax, groups: dict, batches: list, layer: str, column: str) -> None:
+def _bars(ax, groups: dict, batches: list, layer: str, column: str) -> bool:
+    """Grouped bars per batch; returns whether any bar has a positive height."""
     width = 0.8 / max(len(groups), 1)
+    drawn = False
     for i, (name, frame) in enumerate(groups.items()):
         rows = frame[frame["layer"] == layer].set_index("batch")
         values = [rows[column].get(b, float("nan")) for b in batches]
+        drawn |= any(v > 0 for v in values)
         ax.bar([j + i * width for j in range(len(batches))], values, width, label=name, color=PALETTE[i % len(PALETTE)])
     ax.set_xticks([j + width * (len(groups) - 1) / 2 for j in range(len(batches))], [str(b) for b in batches])
+    return drawn
 
 
 def step_deltas(steps: dict):
@@ -37,16 +41,16 @@ def step_deltas(steps: dict):
     """
     groups = {name: throughput(ch) for name, ch in steps.items() if ch.correct}
     current = list(steps.values())[-1]
-    cases = current.study.cases
+    measured = {c for f in groups.values() for c in f.get("layer", [])}
+    cases = [c for c in current.study.cases if c in measured] or list(current.study.cases[:1])
     batches = sorted({b for f in groups.values() for b in f.get("batch", [])})
     fig, axes = plt.subplots(len(cases), 3, figsize=(12, 3.2 * len(cases)), squeeze=False)
     columns = (("op_time_ms", "time (ms, log)"), ("gflops", "GFLOP/s"), ("gbytes_per_s", "GB/s (fewest bytes)"))
     for row, layer in enumerate(cases):
         for col, (column, title) in enumerate(columns):
             ax = axes[row][col]
-            if groups:
-                _bars(ax, groups, batches, layer, column)
-            if column == "op_time_ms":
+            drawn = _bars(ax, groups, batches, layer, column) if groups else False
+            if column == "op_time_ms" and drawn:
                 ax.set_yscale("log")
             ax.set_title(f"{layer}: {title}", fontsize=10)
             ax.set_xlabel(current.study.size_header.lower())

@@ -73,6 +73,11 @@ class StepImpl:
     def validate(self, problem, params: dict) -> None:
         """Raise ``ParameterError``/``ShapeError``/``LaunchLimitError``; called before any launch."""
 
+    def source_for(self, params: dict, problem) -> str:
+        """The ``.cu`` file whose kernels run for ``problem`` (a step may hand a case to an earlier
+        step's kernel that measured faster for it; the chapter says so)."""
+        return self.source
+
     def kernel(self, name: str, params: dict, problem):
         from . import kernels
 

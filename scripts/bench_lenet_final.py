@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "kernels" / "lenet"
 SRC15 = KDIR / "15_hopper_final.cu"
-SRC14 = KDIR / "14_final.cu"
+SRC14 = KDIR / "14_specialised.cu"
 TOL = 1e-5
 LAYERS = {  # name: (M, C, H, W, K)
     "C1": (4, 1, 86, 86, 7),
@@ -163,7 +163,7 @@ class Step15:
 
 
 class Step14:
-    """kernels/lenet/14_final.cu as kernelbook.lenet.gemm.Final plans it for the two LeNet layers
+    """kernels/lenet/14_specialised.cu as kernelbook.lenet.gemm.Final plans it for the two LeNet layers
     (its 'auto' plan, written out here: C1 FP32 with constant-memory weights, C3 3xTF32)."""
 
     FB = {"FB_BM": 16, "FB_BN": 128, "FB_BK": 8, "FB_TM": 4, "FB_TN": 4}

@@ -23,7 +23,9 @@ def render(study_name: str, slug: str) -> tuple[Path, str]:
     step = study.steps.get(slug)
     text = (ROOT / "book" / "_templates" / "chapter.md").read_text()
     sizes = list(study.default_sizes)
-    line = f"{study.size_name} = {sizes!r}".ljust(34) + f"# {study.size_header.lower()} to time"
+    import json
+
+    line = f"{study.size_name} = {json.dumps(sizes)}".ljust(34) + f"# {study.size_header.lower()} to time"
     text = (text.replace("# TITLE", f"# Step {step.number}: {step.title}")
             .replace('step = "STEP"', f'step = "{step.slug}"')
             .replace("SIZES_LINE", line).replace("sizes=SIZES_NAME", f"sizes={study.size_name}")

@@ -15,7 +15,7 @@ from kernelbook.lenet import ConvShape, layer_shape, variants
 from kernelbook.lenet import final, gemm
 
 GEMM_SLUGS = ["unroll-matmul", "fused-unroll-matmul", "cublas", "fp16", "tensor-cores", "index-reuse",
-              "per-layer-kernels", "register-tiling", "final"]
+              "per-layer-kernels", "register-tiling", "specialised"]
 GIB = 2**30
 
 
@@ -27,7 +27,7 @@ def test_gemm_steps_are_registered_in_book_order_after_the_direct_ones():
     names = lenet.variant_names()
     positions = [names.index(s) for s in GEMM_SLUGS]
     assert positions == sorted(positions)
-    assert names[-len(GEMM_SLUGS):] == GEMM_SLUGS
+    assert names[-len(GEMM_SLUGS) - 1:-1] == GEMM_SLUGS and names[-1] == "hopper-final"
 
 
 @pytest.mark.parametrize("slug", GEMM_SLUGS)
@@ -222,7 +222,7 @@ def test_register_tiling_refusals():
 
 
 def test_final_plans_the_network_layers():
-    v = impl("final")
+    v = impl("specialised")
     c1 = v.plan(layer_shape("C1", 10000), v.params())
     c3 = v.plan(layer_shape("C3", 10000), v.params())
     # C1 (M = 4): exact FP32 on CUDA cores, weights in constant memory
@@ -242,7 +242,7 @@ def test_final_plans_the_network_layers():
 
 
 def test_final_takes_the_fallback_outside_its_limits_and_says_why():
-    v = impl("final")
+    v = impl("specialised")
     big_weights = ConvShape(B=2, M=300, C=64, H=50, W=50, K=9)
     plan = v.plan(big_weights, v.params(weights="constant", math="fp32"))
     assert plan["kernel"] == "conv_fallback" and "constant memory" in plan["reason"]
@@ -254,7 +254,7 @@ def test_final_takes_the_fallback_outside_its_limits_and_says_why():
 
 
 def test_final_splits_tall_images_into_bands():
-    v = impl("final")
+    v = impl("specialised")
     plan = v.plan(ConvShape(B=1, M=4, C=4, H=400, W=200, K=5), v.params())
     assert plan["kernel"] == "conv_direct" and plan["bands"] > 1
     assert plan["band"] * plan["bands"] >= 396 and plan["smem_bytes"] <= gemm.STATIC_SMEM_MAX
@@ -264,13 +264,13 @@ def test_final_splits_tall_images_into_bands():
 
 
 def test_final_tensor_path_falls_back_to_fp32_when_its_operands_do_not_fit():
-    v = impl("final")
+    v = impl("specialised")
     plan = v.plan(ConvShape(B=2, M=20, C=6, H=50, W=50, K=9), v.params())  # 2 x 55 KB of split weights
     assert (plan["kernel"], plan["math"]) == ("conv_direct", "fp32")
 
 
 def test_final_parameter_refusals():
-    v = impl("final")
+    v = impl("specialised")
     s = layer_shape("C3", 1)
     with pytest.raises(ParameterError, match="more than 64"):
         v.validate(s, v.params(outputs_per_thread=8, math="fp32"))  # 16 maps x 8 outputs
@@ -320,3 +320,16 @@ def test_non_finite_workspace_is_refused_before_launch():
     for bad in (float("inf"), float("nan")):
         with pytest.raises(ParameterError, match="workspace_mib"):
             impl.validate(layer_shape("C1", 100), impl.params(workspace_mib=bad))
+
+
+def test_the_final_step_hands_c1_to_step_14s_direct_kernel_and_says_so():
+    final_step = impl("hopper-final")
+    c1, c3 = layer_shape("C1", 100), layer_shape("C3", 100)
+    params = final_step.params()
+    assert final_step.direct(c1, params) and not final_step.direct(c3, params)
+    assert final_step.source_for(params, c1) == "lenet/14_specialised.cu"
+    assert final_step.source_for(params, c3) == "lenet/15_hopper_final.cu"
+    assert final_step.defines(params, c1) == impl("specialised").defines(impl("specialised").params(), c1)
+    assert not final_step.direct(c1, final_step.params(c1_path="tensor"))
+    with pytest.raises(ParameterError, match="c1_path"):
+        final_step.validate(c1, final_step.params(c1_path="fast"))

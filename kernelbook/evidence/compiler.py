@@ -49,14 +49,16 @@ def collect(study, variant: str, case_params: dict) -> list[dict]:
     built = {}
     for case in study.cases:
         params = impl.params(**case_params.get(case, {}))
-        defines = impl.defines(params, study.problem(case, 1))
-        key = tuple(sorted(defines.items()))
+        problem = study.problem(case, 1)
+        defines = impl.defines(params, problem)
+        source = impl.source_for(params, problem)
+        key = (source, tuple(sorted(defines.items())))
         if key not in built:
-            cubin, report = kernels.compile_cubin(impl.source, defines, arch=getattr(impl, "arch", "sm_90"))
+            cubin, report = kernels.compile_cubin(source, defines, arch=getattr(impl, "arch", "sm_90"))
             built[key] = (report, sass_counts(cubin))
         report, sass = built[key]
         for fn in report:
-            base = {"kernel": fn.name}
+            base = {"kernel": fn.name, "source": source}
             for metric in ("registers", "shared_bytes", "constant_bytes", "stack_frame_bytes",
                            "spill_store_bytes", "spill_load_bytes"):
                 records.append(results.record(study.name, variant, case, None, metric, getattr(fn, metric), **base))

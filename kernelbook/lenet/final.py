@@ -19,8 +19,8 @@ TENSOR_SMEM_MAX = 112 * 1024 # dynamic shared memory per block of the 3xTF32 ker
 FALLBACK_TILES = {"FB_BM": 16, "FB_BN": 128, "FB_BK": 8, "FB_TM": 4, "FB_TN": 4}
 
 
-class Final(ConvVariant):
-    """Final: a direct convolution specialised at compile time for the layer's shape.
+class Specialised(ConvVariant):
+    """Specialised: a direct convolution specialised at compile time for the layer's shape.
 
     Changes: back from GEMM to direct convolution, built for these layers. The shape
     (C, H, W, M, K) is compiled in (``defines`` depend on the shape); each block copies one

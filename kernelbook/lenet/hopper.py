@@ -1,15 +1,12 @@
-"""Step 15, Hopper final: both LeNet layers on tensor cores at FP32-level accuracy.
-
-Not registered here: the lead wires ``HopperFinal`` into the step list. The class is
-self-contained (its own constants and checks, nothing from ``gemm.py``) so that it can move to
-``kernelbook.steps.StepImpl`` with only the base class changed.
-"""
+"""Step 15, the final kernel: C3 on tensor cores (FP16 hi/lo split) at FP32-level accuracy, C1 on
+the path that measured fastest for it (step 14's FP32 direct kernel, or the same tensor-core
+kernel with ``c1_path="tensor"``)."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from ..errors import ShapeError
+from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..limits import check_launch, check_launch_bounds
 from .variants import INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
 
@@ -57,11 +54,8 @@ class HopperFinal(ConvVariant):
     ``-gencode=arch=compute_90a,code=sm_90a``).
     """
 
-    slug = "hopper-final"
-    title = "Hopper final: FP16 hi/lo split tensor cores (mma.sync), Toeplitz weights, persistent grid"
-    source = "lenet/15_hopper_final.cu"
     kernel_names = ("conv_hopper", "conv_generic")
-    defaults = {"threads": "auto", "tiles_per_warp": "auto", "groups_per_warp": "auto", "prefetch": "auto",
+    defaults = {"c1_path": "auto", "threads": "auto", "tiles_per_warp": "auto", "groups_per_warp": "auto", "prefetch": "auto",
                 "streaming_stores": "auto", "min_blocks": "auto", "blocks_per_sm": "auto"}
     tolerance = 1e-5
     precision: ClassVar[str] = "fp32"
@@ -92,8 +86,33 @@ class HopperFinal(ConvVariant):
         out["groups_per_warp"] = min(out["groups_per_warp"], ceil_div(shape.M, 4))
         return out
 
+    # -- C1: the FP32 direct kernel of step 14, which measured faster than this one for few maps
+
+    def direct(self, shape: ConvShape, params: dict) -> bool:
+        """Whether ``shape`` runs step 14's FP32 direct kernel (``c1_path``; 'auto': fewer than 8
+        maps, i.e. C1, where that kernel measured faster: see kernels/lenet/NOTES.md, step 15)."""
+        path = params["c1_path"]
+        return shape.M < 8 if path == "auto" else path == "direct"
+
+    @staticmethod
+    def specialised():
+        from .steps import STEPS
+
+        return STEPS.impl("specialised")
+
+    def source_for(self, params: dict, shape: ConvShape) -> str:
+        return self.specialised().source if self.direct(shape, params) else self.source
+
+    def prepare(self, params: dict, shape: ConvShape) -> None:
+        if self.direct(shape, params):
+            self.specialised().prepare(self.specialised().params(), shape)
+        else:
+            super().prepare(params, shape)
+
     def plan(self, shape: ConvShape, params: dict) -> dict:
         """``{"kernel": "conv_hopper", ...}`` or ``{"kernel": "conv_generic", "reason": ...}``."""
+        if self.direct(shape, params):
+            return {"kernel": "step 14 conv_direct", "reason": "c1_path: step 14's FP32 direct kernel", "direct": True}
         cfg = self._resolved(shape, params)
 
         def generic(reason: str) -> dict:
@@ -114,6 +133,8 @@ class HopperFinal(ConvVariant):
         return {"kernel": "conv_hopper", "reason": None, **cfg, **geo}
 
     def defines(self, params: dict, shape: ConvShape) -> dict:
+        if self.direct(shape, params):
+            return self.specialised().defines(self.specialised().params(), shape)
         plan = self.plan(shape, params)
         if plan["kernel"] == "conv_generic":
             return {"GENERIC_ONLY": 1}
@@ -127,25 +148,31 @@ class HopperFinal(ConvVariant):
 
     def validate(self, shape: ConvShape, params: dict) -> None:
         super().validate(shape, params)
+        if params["c1_path"] not in ("auto", "tensor", "direct"):
+            raise ParameterError(f"c1_path={params['c1_path']!r} is not 'auto', 'tensor' or 'direct'.",
+                                 "pass c1_path='auto' (step 14's FP32 kernel for fewer than 8 maps).")
+        if self.direct(shape, params):
+            self.specialised().validate(shape, self.specialised().params())
+            return
         for name in ("threads", "tiles_per_warp", "groups_per_warp", "min_blocks", "blocks_per_sm"):
             value = params[name]
             lo, hi = {"threads": (64, 1024), "tiles_per_warp": (1, 8), "groups_per_warp": (1, 4),
                       "min_blocks": (1, 8), "blocks_per_sm": (1, 32)}[name]
             if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi):
-                raise ShapeError(f"{name}={value!r} is outside {lo}..{hi}.", f"pass {name}='auto' or an integer in {lo}..{hi}.")
+                raise ParameterError(f"{name}={value!r} is outside {lo}..{hi}.", f"pass {name}='auto' or an integer in {lo}..{hi}.")
         if params["threads"] != "auto" and params["threads"] % 32:
-            raise ShapeError(f"threads={params['threads']} is not a multiple of 32 (whole warps).",
+            raise ParameterError(f"threads={params['threads']} is not a multiple of 32 (whole warps).",
                              "pass threads='auto' or a multiple of 32.")
         for name in ("prefetch", "streaming_stores"):
             if params[name] not in ("auto", True, False):
-                raise ShapeError(f"{name}={params[name]!r} must be 'auto', True or False.", f"pass {name}='auto'.")
+                raise ParameterError(f"{name}={params[name]!r} must be 'auto', True or False.", f"pass {name}='auto'.")
         plan = self.plan(shape, params)
         if plan["kernel"] == "conv_generic":
             check_launch((plan["grid"],), (GENERIC_THREADS,), 0, 0, what=f"{self.slug} (conv_generic)")
             return
         regs_per_thread = 65536 // (plan["threads"] * plan["min_blocks"])
         if regs_per_thread < 32:
-            raise ShapeError(f"threads={plan['threads']} x min_blocks={plan['min_blocks']} leaves {regs_per_thread} "
+            raise LaunchLimitError(f"threads={plan['threads']} x min_blocks={plan['min_blocks']} leaves {regs_per_thread} "
                              "registers per thread.", "lower min_blocks or threads.")
         check_launch_bounds(plan["threads"], plan["min_blocks"], what=f"{self.slug} (conv_hopper)")
         blocks = params["blocks_per_sm"] if params["blocks_per_sm"] != "auto" else plan["min_blocks"]
@@ -172,6 +199,9 @@ class HopperFinal(ConvVariant):
     def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
         import cupy as cp
 
+        if self.direct(shape, params):
+            self.specialised().launch(y, x, k, shape, self.specialised().params(), stream=stream)
+            return
         plan = self.plan(shape, params)
         kernel = self.kernel(plan["kernel"], params, shape)
         if plan["kernel"] == "conv_generic":

@@ -3,7 +3,8 @@ recorded part names are derived from (see ``kernelbook.steps``)."""
 
 from ..steps import Step, StepList
 from .direct import ConstantMemory, RestrictUnroll, Streams, Sweep, Tiled
-from .final import Final
+from .final import Specialised
+from .hopper import HopperFinal
 from .gemm import CublasMatmul, Fp16, FusedUnrollMatmul, UnrollMatmul
 from .tensor import IndexReuse, PerLayer, RegisterTiling, TensorCores
 from .variants import Baseline
@@ -28,6 +29,8 @@ STEPS = StepList("lenet", [
     Step(12, "per-layer-kernels", "12_per_layer", "Per-layer kernels: the fragment shape chosen per layer", PerLayer),
     Step(13, "register-tiling", "13_register_tiling",
          "Register tiling: FP32 implicit GEMM with per-thread output tiles", RegisterTiling),
-    Step(14, "final", "14_final",
-         "Final: shape-specialised direct convolution (FP32, 3xTF32 tensor cores for C3)", Final),
+    Step(14, "specialised", "14_specialised",
+         "Shape-specialised direct convolution: FP32 on CUDA cores (C1), 3xTF32 tensor cores (C3)", Specialised),
+    Step(15, "hopper-final", "15_hopper_final",
+         "Final: FP16 hi/lo split on tensor cores (C3), the FP32 direct kernel for C1", HopperFinal),
 ])

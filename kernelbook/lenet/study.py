@@ -28,6 +28,9 @@ from .steps import STEPS
 
 NAME = "lenet"
 DEFAULT_WEIGHTS = "data/models/lenet86.bin"
+GOAL_MS = 1.0            # the study's goal: Op Time 1 + Op Time 2 at GOAL_BATCH images
+GOAL_BATCH = 10000
+GOAL_VS_CUDNN = 13.0     # ... and at least this many times faster than cuDNN FP32 in the same run
 
 
 class LeNetStudy(Study):
@@ -131,9 +134,10 @@ class LeNetStudy(Study):
         return reported_table(step)
 
     def expectations(self, chapter) -> list[str]:
-        from .tables import expectations, speedup_sentence
+        from .tables import expectations, goal_lines, speedup_sentence
 
-        return expectations(chapter) + [speedup_sentence(chapter, self.reported_frame(chapter.variant))]
+        return (goal_lines(chapter) + expectations(chapter)
+                + [speedup_sentence(chapter, self.reported_frame(chapter.variant))])
 
     def reported_frame(self, step: str):
         from .tables import reported

@@ -146,3 +146,32 @@ def workspace_table(variant: str, chapter):
     return styled(pd.DataFrame(rows), f"Computed from the shapes and workspace_mib={params['workspace_mib']}.")
 
 
+
+
+def goal_lines(chapter) -> list[str]:
+    """The study's goal, judged from the records: Op Time 1 + Op Time 2 at 10,000 images against
+    1.0 ms, and against cuDNN FP32 (timed in the same run when it holds it, else the newest)."""
+    from ..evidence.vendor import vendor
+    from .study import GOAL_BATCH, GOAL_MS, GOAL_VS_CUDNN
+
+    if not chapter.correct:
+        return []
+    ops = [find_record(chapter.records, "op_time_ms", layer, GOAL_BATCH) for layer in ("C1", "C3")]
+    if None in ops:
+        return []
+    total = ops[0]["value"] + ops[1]["value"]
+    status = (f"meets the goal of {GOAL_MS:g} ms" if total <= GOAL_MS else
+              f"misses the goal of {GOAL_MS:g} ms by {total - GOAL_MS:.3f} ms ({total / GOAL_MS:.2f}×)")
+    lines = [f"Goal: Op Time 1 + Op Time 2 at batch {GOAL_BATCH} = {format_ms(ops[0]['value'])} + "
+             f"{format_ms(ops[1]['value'])} = {format_ms(total)}, which {status}."]
+    found = vendor(chapter.study, "replay", prefer_run=chapter.session.run.run_id)
+    cudnn = [find_record([r for r in found.records if r["variant"] == "cudnn"], "op_time_ms", layer, GOAL_BATCH)
+             for layer in ("C1", "C3")]
+    if None not in cudnn:
+        theirs = cudnn[0]["value"] + cudnn[1]["value"]
+        same = found.found and found.session.run.run_id == chapter.session.run.run_id
+        lines.append(f"cuDNN FP32 takes {format_ms(theirs)} for the two layers "
+                     f"({'same run' if same else 'run ' + found.session.run.run_id}): this step is "
+                     f"{theirs / total:.1f}× faster (goal: at least {GOAL_VS_CUDNN:g}×, "
+                     f"{'met' if theirs / total >= GOAL_VS_CUDNN else 'missed'}).")
+    return lines

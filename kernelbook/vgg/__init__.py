@@ -5,7 +5,7 @@ Public API::
     from kernelbook import vgg
     y = vgg.forward(x, w, b, step="tf32", bm=64)   # CuPy float32 arrays, any valid shape
     vgg.STEPS.slugs()                              # the steps, in book order
-    vgg.CASES["B=1"]                               # the studied layer, 164.4 GFLOP
+    vgg.CASES["B1"]                               # the studied layer, 164.4 GFLOP
 
 Only NumPy and CuPy are needed to import and run this package (PyTorch only for the cuDNN
 comparison in ``run.measure_vendor``).

@@ -132,4 +132,4 @@ def case(batch: int = 1) -> ConvPoolShape:
     return ConvPoolShape(_positive_int("batch", batch), 256, 224, 224, 256, 5)
 
 
-CASES = {"B=1": case(1), "B=2": case(2)}
+CASES = {"B1": case(1), "B2": case(2)}

@@ -62,14 +62,14 @@ def random_shapes(n: int, rng: np.random.Generator) -> list[ConvPoolShape]:
 
 def _resolve_case(case) -> tuple[str, ConvPoolShape]:
     if isinstance(case, ConvPoolShape):
-        return f"B={case.B}" if case == CASES.get(f"B={case.B}") else "custom", case
+        return f"B{case.B}" if case == CASES.get(f"B{case.B}") else "custom", case
     if case not in CASES:
         raise ParameterError(f"Unknown case {case!r}.", f"use one of: {', '.join(CASES)}.")
     return case, CASES[case]
 
 
 def check_step(slug: str, params: dict | None = None, n_random: int = 6, seed: int | None = None,
-               full_case: str | None = "B=1") -> list[checks.CheckResult]:
+               full_case: str | None = "B1") -> list[checks.CheckResult]:
     """Float64 checks of one step; a launch that raises is a failed check, never a crash."""
     import cupy as cp
 
@@ -116,7 +116,7 @@ def check_step(slug: str, params: dict | None = None, n_random: int = 6, seed: i
     return out
 
 
-def measure_step(slug: str, params: dict | None = None, cases=("B=1",), repeats: int = 20,
+def measure_step(slug: str, params: dict | None = None, cases=("B1",), repeats: int = 20,
                  warmup: int = 3, seed: int = 0) -> list[dict]:
     """``op_time_ms`` (median of CUDA-graph replays) and ``gflops`` per case."""
     import cupy as cp
@@ -146,7 +146,7 @@ def measure_step(slug: str, params: dict | None = None, cases=("B=1",), repeats:
 VENDOR_VARIANTS = ("cudnn-fp32", "cudnn-tf32", "cudnn-fp16")
 
 
-def measure_vendor(cases=("B=1",), repeats: int = 20, warmup: int = 3, seed: int = 0,
+def measure_vendor(cases=("B1",), repeats: int = 20, warmup: int = 3, seed: int = 0,
                    variants=VENDOR_VARIANTS) -> list[dict]:
     """cuDNN through PyTorch: ``max_pool2d(relu(conv2d(x, w, b, padding=K//2)), 2)``.
 
@@ -207,7 +207,7 @@ def measure_vendor(cases=("B=1",), repeats: int = 20, warmup: int = 3, seed: int
     return records
 
 
-def launch_once(slug: str, case="B=1", params: dict | None = None, seed: int = 0):
+def launch_once(slug: str, case="B1", params: dict | None = None, seed: int = 0):
     """Allocate inputs (NumPy, uploaded with ``.set()``), compile, and return a callable that
     launches the step once.
 

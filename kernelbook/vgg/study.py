@@ -27,18 +27,18 @@ class VggStudy(Study):
     title = "VGG-style layer (256 → 256, 224², 5×5, bias + ReLU + 2×2 pool)"
     steps = STEPS
     cases = tuple(CASES)
-    profile_cases = ("B=1",)
-    case_header = "Layer"
+    profile_cases = ("B1",)
+    case_header = "Layer (B1: one image)"
     size_header = "Batch"
     size_name = "cases"
     rows = "cases"
-    default_sizes = ("B=1",)
+    default_sizes = ("B1",)
     vendor_name = "cudnn"
     profile_size = 1
     sanitizer_size = 1
 
     def sizes(self, value) -> list:
-        example = '["B=1"]'
+        example = '["B1"]'
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:
             raise ParameterError(f"cases={value!r} is not a non-empty list of layers.", f"pass e.g. cases={example}.")
         unknown = [v for v in value if v not in CASES]
@@ -61,8 +61,8 @@ class VggStudy(Study):
     def check(self, impl, case_params: dict, n_random: int, seed: int | None):
         from .run import check_step
 
-        params = case_params["B=1"]
-        found = check_step(impl.slug, params, n_random=n_random, seed=seed, full_case="B=1")
+        params = case_params["B1"]
+        found = check_step(impl.slug, params, n_random=n_random, seed=seed, full_case="B1")
         ok = bool(found) and all(c.passed for c in found)
         records = [results.record(NAME, impl.slug, case, None, "correct", 1.0 if ok else 0.0, n_checks=len(found))
                    for case in self.cases]
@@ -119,11 +119,11 @@ class VggStudy(Study):
         worst = max((c.get("measured") or 0.0 for c in chapter.checks), default=0.0)
         lines.append(f"Accuracy: the worst relative L2 error against float64 over {len(chapter.checks)} checks is "
                      f"{worst:.2e} (limit {chapter.step.impl.tolerance:g}).")
-        mine = find_record(chapter.records, "gflops", "B=1")
+        mine = find_record(chapter.records, "gflops", "B1")
         previous = chapter.study.steps.previous(chapter.variant)
         for _, row in self.reported_frame(chapter.variant).iterrows():
             before = load_recorded(self, previous.slug, prefer_run=chapter.session.run.run_id) if previous else None
-            theirs = find_record(before.records, "gflops", "B=1") if before is not None and before.correct else None
+            theirs = find_record(before.records, "gflops", "B1") if before is not None and before.correct else None
             if mine and theirs:
                 change = mine["value"] - theirs["value"]
                 agree = (change > 0) == (row["reported_change_gflops"] > 0)

@@ -33,7 +33,7 @@
 // Element counts of x, k and y fit in int32 (checked before launch), so indices are int.
 //
 // The kernel body is a template over the tile sizes (register_tiled_conv below), so that step 14
-// can compile it again as its generic fallback with its own tiles: 14_final.cu includes this file
+// can compile it again as its generic fallback with its own tiles: 14_specialised.cu includes this file
 // with REGISTER_TILING_TEMPLATE_ONLY defined, which leaves out this step's parameters and entry
 // point.
 //

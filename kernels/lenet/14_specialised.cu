@@ -1,4 +1,4 @@
-// LeNet step 14 - final: a direct convolution specialised at compile time for the layer's
+// LeNet step 14 - specialised: a direct convolution specialised at compile time for the layer's
 // shape, on CUDA cores (FP32) or on tensor cores (3xTF32, FP32-level accuracy), with a generic
 // FP32 implicit-GEMM fallback for shapes outside their limits.
 //
@@ -9,8 +9,9 @@
 // arithmetic and on re-reading each input pixel K*K times. A direct kernel reads every input
 // pixel from DRAM once into shared memory and computes all its outputs from there.
 //
-// Three kernels; the Python side (kernelbook.lenet.gemm.Final.plan) builds the module for one
-// of the first two and the others compile as never-launched stubs:
+// Three kernels; the Python side (kernelbook.lenet.final.Specialised.plan) builds the module for one
+// of the three; the kernels of the other paths compile as empty stubs that are never launched
+// (their resources in a compiler report belong to no launch):
 //
 // conv_direct (FP32 on CUDA cores; the shape is compile-time: KS, CIN, HIN, WIN, MOUT)
 //   Block = one image (b) x one band of BAND output rows x one group of MG maps.
