@@ -27,6 +27,8 @@
 #   GPU_TESTS           what pytest runs for the GPU tests (default: tests; "none" skips them)
 #   SANITIZE_STUDIES    the studies the sanitizer checks, space-separated modules
 #                       (default: kernelbook.lenet; "none" skips it)
+#   SANITIZE_STEPS      comma-separated steps the sanitizer checks (default: every step)
+#   SANITIZE_LAYERS     comma-separated cases the sanitizer launches (default: every case)
 #
 # The run tool must carry the git-ignored wheels: carry: [".whl"].
 # Arguments are passed to `kernelbook run`, e.g. --only 'lenet/*' -p repeats=20.
@@ -126,7 +128,8 @@ if [ "${SANITIZE_STUDIES:-kernelbook.lenet}" = "none" ]; then
   note "skipped sanitizer: SANITIZE_STUDIES=none"
 elif [ -n "$batch_run" ] && [ -d "data/results/$batch_run" ]; then
   for study in ${SANITIZE_STUDIES:-kernelbook.lenet}; do
-    timeout "${SANITIZE_TIMEOUT:-300}" "$PY" scripts/sanitize.py --study "$study" --run-id "$batch_run" 2>&1 \
+    timeout "${SANITIZE_TIMEOUT:-300}" "$PY" scripts/sanitize.py --study "$study" --run-id "$batch_run" \
+      ${SANITIZE_STEPS:+--variants "$SANITIZE_STEPS"} ${SANITIZE_LAYERS:+--layers "$SANITIZE_LAYERS"} 2>&1 \
       | tee -a "$LOGS/sanitize.log" | tail -5
     finish_step "scripts/sanitize.py --study $study --run-id $batch_run" "${PIPESTATUS[0]}"
   done
