@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from kernelbook import lenet
-from kernelbook import checks
+from kernelbook.lenet import checks
 from kernelbook.errors import ShapeError
-from kernelbook.lenet import ConvShape, conv_forward, variants
+from kernelbook.lenet import ConvShape, conv_forward
 
 pytestmark = pytest.mark.gpu
 
@@ -69,3 +69,36 @@ def test_timing_returns_raw_samples():
     a = cp.random.random((1 << 20,), dtype=cp.float32)
     m = time_gpu(lambda: cp.sqrt(a), repeats=7, warmup=1)
     assert len(m.samples) == 7 and m.min <= m.median <= m.max and m.min > 0
+
+
+def test_constant_memory_steps_on_two_streams_are_correct_or_refused():
+    """Steps that keep the weights in module constant memory (k_const) on two streams at once:
+    with the same weights both results are right; with other weights while the first stream is
+    busy the launch is refused, never computed with the wrong weights."""
+    import cupy as cp
+
+    from kernelbook.errors import ParameterError
+    from kernelbook.lenet.reference import conv2d_reference
+
+    rng = np.random.default_rng(1)
+    shape = lenet.layer_shape("C3", 2000)
+    x = cp.asarray(rng.uniform(-1, 1, shape.x_shape).astype(np.float32))
+    k1 = cp.asarray(rng.uniform(-1, 1, shape.k_shape).astype(np.float32))
+    k2 = cp.asarray(rng.uniform(-1, 1, shape.k_shape).astype(np.float32))
+    s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    y1 = cp.full(shape.y_shape, cp.nan, dtype=cp.float32)
+    y2 = cp.full(shape.y_shape, cp.nan, dtype=cp.float32)
+    conv_forward(x, k1, "constant-memory", out=y1, stream=s1)
+    refused = False
+    try:
+        conv_forward(x, k2, "constant-memory", out=y2, stream=s2)
+    except ParameterError:
+        refused = True
+    s1.synchronize()
+    s2.synchronize()
+    xs = x[:4].get().astype(np.float64)
+    ref1 = conv2d_reference(xs, k1.get().astype(np.float64))
+    assert np.allclose(y1[:4].get(), ref1, rtol=1e-4, atol=1e-4)
+    if not refused:
+        ref2 = conv2d_reference(xs, k2.get().astype(np.float64))
+        assert np.allclose(y2[:4].get(), ref2, rtol=1e-4, atol=1e-4)
