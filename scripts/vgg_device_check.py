@@ -15,11 +15,8 @@ import traceback
 from kernelbook.vgg import STEPS, run
 
 SWEEP = {
-    "register-tiled": [{"th": 8, "tw": 32}, {"th": 8, "tw": 32, "stages": 4}, {"bm": 128, "th": 8, "tw": 16, "min_blocks": 1}],
-    "tf32": [{"stages": 4}, {"tw": 32, "th": 8, "warps_n": 4}, {"bm": 128, "warps_m": 4, "warps_n": 2, "th": 16, "tw": 32},
-             {"bm": 64, "warps_m": 1, "warps_n": 4, "tw": 32, "th": 8}],
-    "3xtf32": [{"stages": 4}, {"stages": 2}, {"tw": 32, "th": 8, "warps_n": 4}, {"bm": 128, "warps_m": 4, "warps_n": 2, "th": 16, "tw": 32},
-               {"bm": 64, "warps_m": 1, "warps_n": 4, "tw": 32, "th": 8}, {"bm": 64, "min_blocks": 2}],
+    "tf32": [{"th": 16, "tw": 16}],
+    "3xtf32": [{"bm": 128, "tw": 16}],
 }
 
 
@@ -54,6 +51,24 @@ def main() -> None:
             entry["error"] = traceback.format_exc()
             print(f"{slug:20s} ERROR {type(exc).__name__}: {exc}")
         report["steps"][slug] = entry
+    if "final" in args.steps.split(","):
+        # step 10 switches kernels on K: check the 3xTF32 path (K = 9, 3 here) beside the Winograd one
+        import numpy as np
+        import cupy as cp
+        from kernelbook.vgg import ConvPoolShape, forward
+        from kernelbook.vgg.reference import reference
+        rng = np.random.default_rng(7)
+        for shape in (ConvPoolShape(1, 16, 17, 40, 16, 9), ConvPoolShape(2, 9, 33, 3, 35, 3), ConvPoolShape(1, 1, 2, 2, 1, 1)):
+            try:
+                x, w, b = run.random_inputs(shape, rng)
+                dx, dw, db = run.upload(x, w, b)
+                y = cp.full(shape.y_shape, cp.nan, dtype=cp.float32)
+                forward(dx, dw, db, step="final", out=y)
+                got, ref = y.get(), reference(x, w, b)
+                err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+                print(f"final edge {shape.as_dict()} nan={int(np.isnan(got).sum())} rel={err:.2e}")
+            except Exception as exc:
+                print(f"final edge {shape.as_dict()} ERROR {type(exc).__name__}: {exc}")
     if args.sweep:
         for slug, configs in SWEEP.items():
             for cfg in configs:

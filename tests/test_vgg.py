@@ -197,3 +197,54 @@ def test_every_step_compiles_for_sm90(slug, tmp_path):
     for r in report:
         assert 0 < r.registers <= 255
         assert r.spill_store_bytes == 0, f"{r.name} spills registers"
+
+
+# ----------------------------------------------------------------------------- step 09 (Winograd)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5, 7])
+def test_winograd_transforms_compute_the_layer(k):
+    from kernelbook.vgg import winograd
+
+    rng = np.random.default_rng(k)
+    x = rng.standard_normal((2, 3, 9, 8))
+    w = rng.standard_normal((4, 3, k, k))
+    b = rng.standard_normal(4)
+    np.testing.assert_allclose(winograd.winograd_conv_pool(x, w, b), reference(x, w, b), rtol=1e-10, atol=1e-10)
+
+
+def test_winograd_float32_rounding_is_inside_the_fp32_tolerance():
+    from kernelbook.vgg import winograd
+
+    rng = np.random.default_rng(0)
+    shape = ConvPoolShape(1, 256, 12, 10, 4, 5)
+    from kernelbook.vgg.run import random_inputs
+
+    x, w, b = random_inputs(shape, rng)
+    ref = reference(x, w, b)
+    err = np.linalg.norm(winograd.winograd_conv_pool(x, w, b, "float32") - ref) / np.linalg.norm(ref)
+    assert err < STEPS.impl("winograd").tolerance / 2
+
+
+def test_winograd_tables_in_the_kernel_match_the_exact_matrices():
+    import re
+    from fractions import Fraction
+
+    from kernelbook.vgg import winograd
+
+    src = (paths.kernels_dir() / "vgg" / "09_winograd.cu").read_text()
+    block = src.split("#elif KSIZE == 5", 3)[3].split("#elif", 1)[0]   # the Bᵀ table for K = 5
+    nums = [Fraction(v) for v in re.findall(r"-?\d+(?:\.\d+)?", block.split("=", 1)[1])]
+    assert nums == [v for row in winograd.matrices(5)[2] for v in row]
+
+
+def test_winograd_refuses_kernel_sizes_without_tables_and_final_falls_back():
+    impl = STEPS.impl("winograd")
+    with pytest.raises(ShapeError, match="another step"):
+        impl.validate(ConvPoolShape(1, 4, 8, 8, 4, 9), impl.params())
+    with pytest.raises(ParameterError, match="multiple of 32"):
+        impl.validate(SMALL, impl.params(threads=100))
+    final = STEPS.impl("final")
+    assert final.uses_winograd(ConvPoolShape(1, 4, 8, 8, 4, 5))
+    assert not final.uses_winograd(ConvPoolShape(1, 4, 8, 8, 4, 9))
+    final.validate(ConvPoolShape(1, 4, 8, 8, 4, 9), final.params())

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from .. import limits
-from ..errors import ParameterError
+from ..errors import ParameterError, ShapeError
 from ..steps import StepImpl
 from .problem import ConvPoolShape
 
@@ -238,11 +238,31 @@ class RegisterTiled(TiledStep):
         super().check_params(params)
 
 
-class TensorCoreStep(TiledStep):
-    """Implicit GEMM with mma.sync m16n8k8 (TF32); the epilogue adds bias, ReLU and pools."""
+def tc_stage_floats(bm: int, th: int, tw: int, k: int, planes: int) -> int:
+    """Floats of one shared-memory stage of steps 07/08/10, as kernels/vgg/07_tf32_implicit_gemm.cu lays it out."""
+    pwp = 4 * ceil_div(tw + k - 1, 4)
+    cs = ceil_div(th * pwp, 32) * 32 + 8
+    return planes * (k * bm * 8 + 8 * cs)
 
-    # BM=128 and one block per SM measured fastest on the H100 (B=1) for TF32 and 3xTF32
-    defaults = {"bm": 128, "th": 16, "tw": 16, "warps_m": 2, "warps_n": 4, "stages": 3, "min_blocks": 1}
+
+class TensorCoreStep(TiledStep):
+    """Implicit GEMM with mma.sync m16n8k8 (TF32); the epilogue adds bias, ReLU and pools.
+
+    Three launches: ``tc_pack_weights`` and ``tc_pack_input`` write the operands TF32-rounded
+    (3xTF32: big and small planes) in the layouts the main kernel copies with 16-byte
+    ``cp.async`` (the input with its zero halo, the weights in A-fragment order), then the main
+    kernel. The packed operands live in a workspace this object allocates once per size and
+    device and keeps (a captured CUDA graph stays valid); two launches of the same step on
+    different streams at once would share it. Packing is inside every launch, so it is timed.
+    """
+
+    # 8 warps of 64 channels × 2 rows × 32 pixels, one block per SM (128 accumulators per thread)
+    defaults = {"bm": 128, "th": 8, "tw": 32, "warps_m": 2, "warps_n": 4, "stages": 3, "min_blocks": 1}
+    planes = 1
+    PACK_THREADS = 256
+
+    def __init__(self):
+        self._workspaces: dict = {}
 
     def threads(self, params):
         return 32 * params["warps_m"] * params["warps_n"]
@@ -265,13 +285,71 @@ class TensorCoreStep(TiledStep):
     def defines(self, params, shape):
         return {**super().defines(params, shape), "WARPS_M": params["warps_m"], "WARPS_N": params["warps_n"]}
 
+    def padded(self, shape: ConvPoolShape, params: dict) -> tuple[int, int, int, int]:
+        """(Cp, Mp, Hpd, Wpd): channels padded to 8 and BM, the packed input's rows and columns."""
+        th, tw, k = params["th"], params["tw"], shape.K
+        return (ceil_div(shape.C, 8) * 8, ceil_div(shape.M, params["bm"]) * params["bm"],
+                ceil_div(shape.H, th) * th + k - 1, 4 * ceil_div(ceil_div(shape.W, tw) * tw + k - 1, 4))
+
+    def workspace_floats(self, shape, params) -> tuple[int, int]:
+        cp_, mp, hpd, wpd = self.padded(shape, params)
+        return self.planes * cp_ * shape.K ** 2 * mp, self.planes * shape.B * cp_ * hpd * wpd
+
+    def geometry(self, shape, params):
+        tiles = ceil_div(shape.H, params["th"]) * ceil_div(shape.W, params["tw"])
+        grid = (tiles * shape.B, ceil_div(shape.M, params["bm"]), 1)
+        smem = 4 * params["stages"] * tc_stage_floats(params["bm"], params["th"], params["tw"], shape.K, self.planes)
+        return grid, (self.threads(params), 1, 1), smem
+
+    def pack_grids(self, shape, params) -> tuple[tuple, tuple]:
+        nw, nx = (n // self.planes for n in self.workspace_floats(shape, params))
+        return (ceil_div(nw, self.PACK_THREADS), 1, 1), (ceil_div(nx, self.PACK_THREADS), 1, 1)
+
+    def validate(self, shape, params):
+        super().validate(shape, params)
+        nbytes = 4 * sum(self.workspace_floats(shape, params))
+        if nbytes > 8 * 1024 ** 3:
+            raise ShapeError(f"Step {self.slug!r} needs a {nbytes / 2 ** 30:.1f} GiB packed-operand workspace "
+                             f"for {shape.as_dict()}.", "split the batch into smaller calls.")
+        for grid in self.pack_grids(shape, params):
+            limits.check_launch(grid, (self.PACK_THREADS, 1, 1), what=f"Step {self.slug!r} (packing) on {shape.as_dict()}")
+
+    def workspace(self, shape, params):
+        import cupy as cp
+
+        sizes = self.workspace_floats(shape, params)
+        key = (cp.cuda.Device().id, sizes)
+        ws = self._workspaces.get(key)
+        if ws is None:
+            ws = tuple(cp.empty(n, dtype=cp.float32) for n in sizes)
+            self._workspaces[key] = ws
+        return ws
+
+    def prepare(self, params, problem):
+        super().prepare(params, problem)
+        self.workspace(problem, params)
+
+    def launch(self, y, x, w, b, shape, params, stream=None):
+        import numpy as np
+
+        grid, block, smem = self.geometry(shape, params)
+        wp, xp = self.workspace(shape, params)
+        cp_, mp, hpd, wpd = (np.int32(v) for v in self.padded(shape, params))
+        B, C, H, W, M = (np.int32(v) for v in (shape.B, shape.C, shape.H, shape.W, shape.M))
+        gw, gx = self.pack_grids(shape, params)
+        pb = (self.PACK_THREADS, 1, 1)
+        self.kernel("tc_pack_weights", params, shape)(gw, pb, (wp, w, C, M, cp_, mp), stream=stream)
+        self.kernel("tc_pack_input", params, shape)(gx, pb, (xp, x, B, C, H, W, cp_, hpd, wpd), stream=stream)
+        kernel = self.kernel(self.kernel_names[0], params, shape)
+        if smem > 48 * 1024:
+            kernel.max_dynamic_shared_size_bytes = smem
+        kernel(grid, block, (y, xp, wp, b, B, cp_, H, W, M, mp, hpd, wpd), shared_mem=smem, stream=stream)
+
 
 class TF32(TensorCoreStep):
     """Step 07: TF32 inputs (10-bit mantissa), FP32 accumulation. Tolerance 5e-3 rel. L2."""
 
-    kernel_names = ("conv_pool_tf32",)
-    # an 8×32 tile measured fastest on the H100 at B=1 (1.84 ms vs 1.91 for 16×16)
-    defaults = {**TensorCoreStep.defaults, "th": 8, "tw": 32}
+    kernel_names = ("conv_pool_tf32", "tc_pack_weights", "tc_pack_input")
     precision = "tf32"
     tolerance = 5e-3
 
@@ -279,17 +357,144 @@ class TF32(TensorCoreStep):
 class ThreeTF32(TensorCoreStep):
     """Step 08: 3xTF32 (big·big + big·small + small·big): FP32 accuracy on tensor cores."""
 
-    kernel_names = ("conv_pool_3xtf32",)
+    kernel_names = ("conv_pool_3xtf32", "tc_pack_weights", "tc_pack_input")
     precision = "3xtf32"
     tolerance = 1e-5
+    planes = 2
+    # 64 channels × 8×32 pixels: 3.07 ms on the H100 at B=1 vs 3.17 for 128 × 8×16 (exploratory
+    # sweep); 128 × 8×32 would hold 128 accumulators plus two planes of fragments, and ptxas spills
+    defaults = {**TensorCoreStep.defaults, "bm": 64}
 
 
 class Final(ThreeTF32):
-    """Step 10: the fastest FP32-accurate kernel (3xTF32), with its measured best tile."""
+    """Step 10: the fastest FP32-accurate kernel (3xTF32), with step 08's tile."""
 
-    kernel_names = ("conv_pool_final",)
-    # an 8×32 tile measured fastest on the H100 at B=1 (3.63 ms vs 3.68 for step 08's 16×16)
-    defaults = {**TensorCoreStep.defaults, "th": 8, "tw": 32}
+    kernel_names = ("conv_pool_final", "tc_pack_weights", "tc_pack_input")
+
+
+# ----------------------------------------------------------------------------- step 09
+
+
+WINOGRAD_K = (1, 3, 5, 7)               # the kernel sizes 09_winograd.cu has transform tables for
+WINOGRAD_WORKSPACE_MAX = 8 * 1024 ** 3  # bytes; beyond this, split the batch
+
+
+class Winograd(VggStep):
+    """Step 09: Winograd F(2×2, K×K) in FP32 — α² = (K+1)² multiplies per 2×2 outputs instead of 4·K².
+
+    Four launches (kernels/vgg/09_winograd.cu): weight transform, input transform, 36 batched
+    FP32 GEMMs (128×128 tiles, 8×8 per thread), output transform fused with bias, ReLU and the
+    pool (a 2×2 output tile is one pooling window). The transformed operands live in a
+    workspace this object allocates once per size and device and keeps (so a CUDA graph that
+    captured a launch stays valid); two launches of this step on different streams at the same
+    time would share it, so don't do that.
+
+    Accuracy: the transforms scale FP32 rounding by their entries; rel. L2 against float64 was
+    2.7e-6 for the studied layer (K=5, C=256) and 6.5e-6 for K=7 in a float32 simulation
+    (``winograd.winograd_conv_pool``), so the FP32 tolerance 1e-5 stands. K must be 1, 3, 5 or 7.
+    """
+
+    kernel_names = ("winograd_weights", "winograd_input", "winograd_gemm", "winograd_output")
+    defaults = {"threads": 256}   # block size of the three transform kernels
+    GEMM_TILE = 128
+    GEMM_K = 8
+    GEMM_THREADS = 256
+    GEMM_SMEM = 3 * 2 * 8 * 128 * 4   # static: three stages of two 8×128 slabs
+
+    def __init__(self):
+        self._workspaces: dict = {}
+
+    def check_params(self, params):
+        t = _int_param(params, "threads", 32, 1024, 256)
+        if t % 32:
+            raise ParameterError(f"threads={t} is not a multiple of 32 (whole warps).", "pass threads=128 or 256.")
+
+    def defines(self, params, shape):
+        return {"KSIZE": shape.K}
+
+    def padded(self, shape: ConvPoolShape) -> tuple[int, int, int, int]:
+        """(α², Cp, Mp, Pp): the GEMMs' sizes, rounded up to whole tiles."""
+        tiles = shape.B * shape.Hp * shape.Wp
+        g = self.GEMM_TILE
+        return ((shape.K + 1) ** 2, ceil_div(shape.C, self.GEMM_K) * self.GEMM_K,
+                ceil_div(shape.M, g) * g, ceil_div(tiles, g) * g)
+
+    def workspace_floats(self, shape: ConvPoolShape) -> tuple[int, int, int]:
+        a2, cp_, mp, pp = self.padded(shape)
+        return a2 * cp_ * mp, a2 * cp_ * pp, a2 * mp * pp
+
+    def launches(self, shape: ConvPoolShape, params: dict) -> list[tuple[str, tuple, tuple, int]]:
+        """(kernel, grid, block, dynamic smem) of the four launches, in order."""
+        a2, cp_, mp, pp = self.padded(shape)
+        t = params["threads"]
+        g = self.GEMM_TILE
+        return [("winograd_weights", (ceil_div(cp_ * mp, t), 1, 1), (t, 1, 1), 0),
+                ("winograd_input", (ceil_div(cp_ * pp, t), 1, 1), (t, 1, 1), 0),
+                ("winograd_gemm", (pp // g, mp // g, a2), (self.GEMM_THREADS, 1, 1), 0),
+                ("winograd_output", (ceil_div(shape.M * shape.B * shape.Hp * shape.Wp, t), 1, 1), (t, 1, 1), 0)]
+
+    def geometry(self, shape, params):
+        _, grid, block, smem = self.launches(shape, params)[2]   # the GEMM: where the time goes
+        return grid, block, smem
+
+    def validate(self, shape, params):
+        if not isinstance(shape, ConvPoolShape):
+            raise ParameterError(f"shape must be a ConvPoolShape, not {type(shape).__name__}.",
+                                 "build it with ConvPoolShape(B, C, H, W, M, K) or ConvPoolShape.from_arrays.")
+        if shape.K not in WINOGRAD_K:
+            raise ShapeError(f"Step 'winograd' has F(2×2, K×K) transforms for K in {WINOGRAD_K}, not K={shape.K}.",
+                             "use another step (e.g. step='final' or 'register-tiled') for this kernel size.")
+        self.check_params(params)
+        nbytes = 4 * sum(self.workspace_floats(shape))
+        if nbytes > WINOGRAD_WORKSPACE_MAX:
+            raise ShapeError(f"Step 'winograd' needs a {nbytes / 2 ** 30:.1f} GiB workspace for {shape.as_dict()} "
+                             f"(limit {WINOGRAD_WORKSPACE_MAX / 2 ** 30:.0f} GiB).",
+                             "split the batch into smaller calls, or use another step.")
+        for name, grid, block, smem in self.launches(shape, params):
+            limits.check_launch(grid, block, dynamic_smem=smem,
+                                static_smem=self.GEMM_SMEM if name == "winograd_gemm" else 0,
+                                what=f"Step 'winograd' ({name}) on {shape.as_dict()}")
+
+    def workspace(self, shape: ConvPoolShape):
+        import cupy as cp
+
+        sizes = self.workspace_floats(shape)
+        key = (cp.cuda.Device().id, sizes)
+        ws = self._workspaces.get(key)
+        if ws is None:
+            ws = tuple(cp.empty(n, dtype=cp.float32) for n in sizes)
+            self._workspaces[key] = ws
+        return ws
+
+    def prepare(self, params, problem):
+        super().prepare(params, problem)
+        self.workspace(problem)
+
+    def launch(self, y, x, w, b, shape, params, stream=None):
+        import numpy as np
+
+        u, v, mx = self.workspace(shape)
+        _, cp_, mp, pp = (np.int32(n) for n in self.padded(shape))
+        i32 = [np.int32(n) for n in (shape.B, shape.C, shape.H, shape.W, shape.M)]
+        B, C, H, W, M = i32
+        args = {"winograd_weights": (u, w, C, M, cp_, mp),
+                "winograd_input": (v, x, B, C, H, W, cp_, pp),
+                "winograd_gemm": (mx, u, v, cp_, mp, pp),
+                "winograd_output": (y, mx, b, B, H, W, M, mp, pp)}
+        for name, grid, block, smem in self.launches(shape, params):
+            self.kernel(name, params, shape)(grid, block, args[name], shared_mem=smem, stream=stream)
+
+
+class _Step09Kernels(Winograd):
+    """Step 09's kernels and launches, for step 10 to use (not in the step list itself)."""
+
+    @property
+    def slug(self) -> str:
+        return "winograd"
+
+    @property
+    def source(self) -> str:
+        return "vgg/09_winograd.cu"
 
 
 def describe(impl: VggStep, shape: ConvPoolShape, params: dict) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..steps import Step, StepList
 from .impls import (TF32, Baseline, Final, InputsShared, RegisterTiled, ThreeTF32, TwoPhaseWeights,
-                    WeightsOnTheFly, WeightsRegisters, WeightsShared)
+                    WeightsOnTheFly, WeightsRegisters, WeightsShared, Winograd)
 
 STEPS = StepList("vgg", [
     Step(0, "baseline", "00_baseline", "Baseline: four pre-pool outputs per thread, all from global memory", Baseline),
@@ -16,5 +16,6 @@ STEPS = StepList("vgg", [
     Step(6, "register-tiled", "06_register_tiled", "Register tiling on CUDA cores (FP32)", RegisterTiled),
     Step(7, "tf32", "07_tf32_implicit_gemm", "Implicit GEMM on TF32 tensor cores, fused epilogue", TF32),
     Step(8, "3xtf32", "08_3xtf32", "FP32 accuracy on tensor cores: 3xTF32", ThreeTF32),
+    Step(9, "winograd", "09_winograd", "Winograd F(2×2, 5×5) in FP32", Winograd),
     Step(10, "final", "10_final", "Final: the fastest FP32-accurate kernel", Final),
 ])
