@@ -298,3 +298,18 @@ def test_replayed_values_that_differ_reach_the_batch_summary(tmp_path, results_r
                        book_root=book / "book", out_dir=tmp_path / "out", progress_bar=False, log=lambda line: None)
     assert report.ok
     assert report.notebooks[0].shown_instead == [["lenet-baseline", "batch_sizes", [100, 500], [100, 1000]]]
+
+
+def test_a_newer_partial_sanitizer_run_never_hides_the_older_checks(results_root):
+    from kernelbook.evidence import sanitizer
+
+    def write(run_id, steps):
+        run = results.create_run({"device": DEVICE, "commit": "c", "host": "h"}, run_id=run_id)
+        recs = [sanitizer.sanitizer_record(STUDY, "memcheck", step, "C1", 4, {"errors": 0, "rc": 0, "passed": True})
+                for step in steps]
+        run.write_part(sanitizer.part(STUDY), "lenet", recs, parameters={"batch": 4})
+
+    write("20260101T0000Z-aaaaaa", ["baseline", "tiled"])
+    write("20260102T0000Z-bbbbbb", ["tiled"])
+    html = sanitizer.sanitizer_table(STUDY).to_html()
+    assert "baseline" in html and "20260101T0000Z-aaaaaa" in html and "20260102T0000Z-bbbbbb" in html

@@ -7,7 +7,6 @@ import re
 from typing import Iterable
 
 from .. import results
-from .. import session as session_mod
 from ..report import message_table, styled
 from .tools import NOT_RECORDED, ProfilerUnavailable, _run, _tail, classify_failure, sanitizer_path, target_command
 
@@ -76,26 +75,33 @@ def part(study) -> str:
 
 
 def sanitizer_table(study, prefer_run: str | None = None):
-    """The recorded sanitizer results (part ``<study>-sanitizer``), step by case by tool."""
+    """The recorded sanitizer results (part ``<study>-sanitizer``), step by case by tool.
+
+    Runs often re-check only the steps that changed, so every run's results are merged: each
+    (step, case, tool) shows its newest result, with the run it comes from. A newer partial run
+    never hides an older run's checks of the other steps.
+    """
     import pandas as pd
 
-    found = session_mod.recorded(part(study), study.name, _no_measure, parameters={}, mode="replay",
-                                 prefer_run=prefer_run, required=False)
-    if not found.found:
+    runs = results.runs_with(part(study))
+    if not runs:
         return message_table(f"No compute-sanitizer results are recorded ({NOT_RECORDED}); run "
                              f"`python scripts/sanitize.py --study {study.module}` on the GPU machine.", "compute-sanitizer")
-    frame = pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in found.records])
-    rows = []
-    for (variant, layer), group in frame.groupby(["variant", "layer"], sort=False):
-        row = {"Step": variant, study.case_header: layer}
-        for _, r in group.iterrows():
-            value = r["value"]
-            row[r["tool"]] = ("did not run" if value is None or value != value else
-                              ("pass (0 errors)" if value == 0 else f"FAIL ({int(value)} errors)"))
-        rows.append(row)
-    size = found.parameters.get("batch", SANITIZER_SIZE)
-    return styled(pd.DataFrame(rows), f"compute-sanitizer over every kernel, one launch per case at "
-                                      f"{study.size_header.lower()} {size}. [{found.short_label}]")
+    newest: dict = {}
+    for run in runs:  # oldest first: later runs overwrite
+        for r in run.read_part(part(study))["records"]:
+            newest[(r["variant"], r["layer"], r.get("tool"))] = (r, run.run_id)
+    order = {slug: i for i, slug in enumerate(study.steps.slugs())}
+    rows: dict = {}
+    for (variant, layer, tool), (r, run_id) in sorted(newest.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):
+        row = rows.setdefault((variant, layer), {"Step": variant, study.case_header: layer})
+        value = r["value"]
+        row[tool] = ("did not run" if value is None else ("pass (0 errors)" if value == 0 else f"FAIL ({int(value)} errors)"))
+        row["Run"] = run_id
+    used = sorted({run_id for _, run_id in newest.values()})
+    return styled(pd.DataFrame(list(rows.values())),
+                  f"compute-sanitizer over every kernel, one small launch per case; each row from its newest run "
+                  f"(runs {', '.join(used)}; {runs[-1].device}).")
 
 
 def _no_measure():
