@@ -367,9 +367,39 @@ class ThreeTF32(TensorCoreStep):
 
 
 class Final(ThreeTF32):
-    """Step 10: the fastest FP32-accurate kernel (3xTF32), with step 08's tile."""
+    """Step 10: the fastest FP32-accurate kernel for the call's K.
+
+    For K in 1, 3, 5, 7 that is step 09's Winograd F(2×2, K×K) (its kernels, from
+    kernels/vgg/09_winograd.cu: 1.69 ms at B=1 on the H100, rel. L2 2.7e-6, against 3.07 ms for
+    3xTF32; exploratory run). For other K it is this file's 3xTF32 implicit GEMM (step 08's
+    kernel with step 08's tile). Both are FP32-accurate (tolerance 1e-5).
+    """
 
     kernel_names = ("conv_pool_final", "tc_pack_weights", "tc_pack_input")
+
+    def __init__(self):
+        super().__init__()
+        self._winograd = _Step09Kernels()
+
+    def uses_winograd(self, shape: ConvPoolShape) -> bool:
+        return isinstance(shape, ConvPoolShape) and shape.K in WINOGRAD_K
+
+    def validate(self, shape, params):
+        super().validate(shape, params)   # the 3xTF32 parameters are checked either way
+        if self.uses_winograd(shape):
+            self._winograd.validate(shape, self._winograd.params())
+
+    def prepare(self, params, problem):
+        if self.uses_winograd(problem):
+            self._winograd.prepare(self._winograd.params(), problem)
+        else:
+            super().prepare(params, problem)
+
+    def launch(self, y, x, w, b, shape, params, stream=None):
+        if self.uses_winograd(shape):
+            self._winograd.launch(y, x, w, b, shape, self._winograd.params(), stream=stream)
+        else:
+            super().launch(y, x, w, b, shape, params, stream=stream)
 
 
 # ----------------------------------------------------------------------------- step 09
