@@ -118,6 +118,10 @@ class Study:
         """Sentences that judge a chapter from its own records (the study's own view)."""
         return []
 
+    def reported_best(self):
+        """The write-ups' best reported result beside this book's best, as a DataFrame (or None)."""
+        return None
+
     def reported(self, step: str):
         """The write-ups' reported numbers for ``step`` as a styled table (or None)."""
         return None

@@ -139,6 +139,11 @@ class LeNetStudy(Study):
         return (goal_lines(chapter) + expectations(chapter)
                 + [speedup_sentence(chapter, self.reported_frame(chapter.variant))])
 
+    def reported_best(self):
+        from .tables import reported_best
+
+        return reported_best(self)
+
     def reported_frame(self, step: str):
         from .tables import reported
 

@@ -175,3 +175,34 @@ def goal_lines(chapter) -> list[str]:
                      f"{theirs / total:.1f}× faster (goal: at least {GOAL_VS_CUDNN:g}×, "
                      f"{'met' if theirs / total >= GOAL_VS_CUDNN else 'missed'}).")
     return lines
+
+
+def reported_best(study):
+    """Per seed, its fastest reported Op Time 1 + Op Time 2 at batch 10,000, beside this book's."""
+    from ..chapter import load_recorded
+
+    frame = reported()
+    # The streams step's reported op times time the launches, not the kernels: not comparable here.
+    frame = frame[(frame["batch"] == 10000) & frame["op_time_1_ms"].notna() & frame["op_time_2_ms"].notna()
+                  & (frame["step"] != "streams")].copy()
+    frame["total"] = frame["op_time_1_ms"] + frame["op_time_2_ms"]
+    rows = []
+    for (seed, gpu), group in frame.groupby(["seed", "gpu"]):
+        best = group.loc[group["total"].idxmin()]
+        rows.append({"Source": f"{seed} ({gpu}), reported", "Step": best["step"],
+                     "Op Time 1": format_ms(best["op_time_1_ms"]), "Op Time 2": format_ms(best["op_time_2_ms"]),
+                     "Op 1 + Op 2": format_ms(best["total"])})
+    ours = []
+    for slug in study.steps.slugs():
+        chapter = load_recorded(study, slug)
+        if chapter is None or not chapter.correct:
+            continue
+        ops = [find_record(chapter.records, "op_time_ms", layer, 10000) for layer in ("C1", "C3")]
+        if None not in ops:
+            ours.append((ops[0]["value"] + ops[1]["value"], slug, ops, chapter))
+    if ours:
+        total, slug, ops, chapter = min(ours, key=lambda t: t[0])
+        rows.append({"Source": f"this book ({chapter.session.run.device}, run {chapter.session.run.run_id})",
+                     "Step": slug, "Op Time 1": format_ms(ops[0]["value"]), "Op Time 2": format_ms(ops[1]["value"]),
+                     "Op 1 + Op 2": format_ms(total)})
+    return pd.DataFrame(rows)

@@ -104,6 +104,30 @@ class MlpStudy(Study):
         frame = pd.read_csv(path)
         return frame[frame["step"] == step].reset_index(drop=True)
 
+    def reported_best(self):
+        import pandas as pd
+
+        from ..chapter import load_recorded
+        from ..report import find_record
+
+        rows = []
+        frame = self.reported_frame("best")
+        for _, r in frame.iterrows():
+            rows.append({"Source": f"{r['seed']} ({r['gpu']}), reported", "Test case": r["case"],
+                         "Step": r["seed_label"], "time [ms]": f"{r['time_ms']:g}"})
+        for case in self.cases:
+            best = None
+            for slug in self.steps.slugs():
+                chapter = load_recorded(self, slug)
+                rec = find_record(chapter.records, "op_time_ms", case) if chapter is not None and chapter.correct else None
+                if rec is not None and (best is None or rec["value"] < best[0]["value"]):
+                    best = (rec, slug, chapter)
+            if best is not None:
+                rec, slug, chapter = best
+                rows.append({"Source": f"this book ({chapter.session.run.device}, run {chapter.session.run.run_id})",
+                             "Test case": case, "Step": slug, "time [ms]": f"{rec['value']:.4g}"})
+        return pd.DataFrame(rows)
+
     def reported(self, step: str):
         import pandas as pd
 
@@ -120,7 +144,7 @@ class MlpStudy(Study):
         return styled(out, "Reported by the write-up (its GPUs; not measured here).")
 
     def expectations(self, chapter) -> list[str]:
-        from ..report import find_record, format_ms
+        from ..report import find_record
 
         if not chapter.correct:
             return ["The step failed its correctness check; nothing was timed."]

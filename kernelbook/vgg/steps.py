@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ..steps import Step, StepList
-from .impls import (TF32, Baseline, Final, InputsShared, RegisterTiled, ThreeTF32, TwoPhaseWeights,
-                    WeightsOnTheFly, WeightsRegisters, WeightsShared, Winograd)
+from .final import Final, Winograd
+from .impls import (TF32, Baseline, InputsShared, RegisterTiled, ThreeTF32, TwoPhaseWeights, WeightsOnTheFly,
+                    WeightsRegisters, WeightsShared)
 
 STEPS = StepList("vgg", [
     Step(0, "baseline", "00_baseline", "Baseline: four pre-pool outputs per thread, all from global memory", Baseline),

@@ -1,0 +1,177 @@
+"""Steps 09 and 10 of the VGG study: Winograd F(2×2, K×K) in FP32, and the final step, which runs
+the fastest FP32-accurate kernel for the shape (Winograd where it has transform tables, 3xTF32
+otherwise)."""
+
+from __future__ import annotations
+
+from .. import limits
+from ..errors import ParameterError, ShapeError
+from .impls import ThreeTF32, VggStep, _int_param, ceil_div
+from .problem import ConvPoolShape
+
+WINOGRAD_K = (1, 3, 5, 7)               # the kernel sizes 09_winograd.cu has transform tables for
+WINOGRAD_WORKSPACE_MAX = 8 * 1024 ** 3  # bytes; beyond this, split the batch
+
+
+class Winograd(VggStep):
+    """Step 09: Winograd F(2×2, K×K) in FP32 — α² = (K+1)² multiplies per 2×2 outputs instead of 4·K².
+
+    Four launches (kernels/vgg/09_winograd.cu): weight transform, input transform, 36 batched
+    FP32 GEMMs (128×128 tiles, 8×8 per thread), output transform fused with bias, ReLU and the
+    pool (a 2×2 output tile is one pooling window). The transformed operands live in a
+    workspace this object allocates once per size and device and keeps (so a CUDA graph that
+    captured a launch stays valid); two launches of this step on different streams at the same
+    time would share it, so don't do that.
+
+    Accuracy: the transforms scale FP32 rounding by their entries; rel. L2 against float64 was
+    2.7e-6 for the studied layer (K=5, C=256) and 6.5e-6 for K=7 in a float32 simulation
+    (``winograd.winograd_conv_pool``), so the FP32 tolerance 1e-5 stands. K must be 1, 3, 5 or 7.
+    """
+
+    kernel_names = ("winograd_weights", "winograd_input", "winograd_gemm", "winograd_output")
+    defaults = {"threads": 256}   # block size of the three transform kernels
+    GEMM_TILE = 128
+    GEMM_K = 8
+    GEMM_THREADS = 256
+    GEMM_SMEM = 3 * 2 * 8 * 128 * 4   # static: three stages of two 8×128 slabs
+
+    def __init__(self):
+        self._workspaces: dict = {}
+
+    def check_params(self, params):
+        t = _int_param(params, "threads", 32, 1024, 256)
+        if t % 32:
+            raise ParameterError(f"threads={t} is not a multiple of 32 (whole warps).", "pass threads=128 or 256.")
+
+    def defines(self, params, shape):
+        return {"KSIZE": shape.K}
+
+    def padded(self, shape: ConvPoolShape) -> tuple[int, int, int, int]:
+        """(α², Cp, Mp, Pp): the GEMMs' sizes, rounded up to whole tiles."""
+        tiles = shape.B * shape.Hp * shape.Wp
+        g = self.GEMM_TILE
+        return ((shape.K + 1) ** 2, ceil_div(shape.C, self.GEMM_K) * self.GEMM_K,
+                ceil_div(shape.M, g) * g, ceil_div(tiles, g) * g)
+
+    def workspace_floats(self, shape: ConvPoolShape) -> tuple[int, int, int]:
+        a2, cp_, mp, pp = self.padded(shape)
+        return a2 * cp_ * mp, a2 * cp_ * pp, a2 * mp * pp
+
+    def launches(self, shape: ConvPoolShape, params: dict) -> list[tuple[str, tuple, tuple, int]]:
+        """(kernel, grid, block, dynamic smem) of the four launches, in order."""
+        a2, cp_, mp, pp = self.padded(shape)
+        t = params["threads"]
+        g = self.GEMM_TILE
+        return [("winograd_weights", (ceil_div(cp_ * mp, t), 1, 1), (t, 1, 1), 0),
+                ("winograd_input", (ceil_div(cp_ * pp, t), 1, 1), (t, 1, 1), 0),
+                ("winograd_gemm", (pp // g, mp // g, a2), (self.GEMM_THREADS, 1, 1), 0),
+                ("winograd_output", (ceil_div(shape.M * shape.B * shape.Hp * shape.Wp, t), 1, 1), (t, 1, 1), 0)]
+
+    def geometry(self, shape, params):
+        _, grid, block, smem = self.launches(shape, params)[2]   # the GEMM: where the time goes
+        return grid, block, smem
+
+    def validate(self, shape, params):
+        if not isinstance(shape, ConvPoolShape):
+            raise ParameterError(f"shape must be a ConvPoolShape, not {type(shape).__name__}.",
+                                 "build it with ConvPoolShape(B, C, H, W, M, K) or ConvPoolShape.from_arrays.")
+        if shape.K not in WINOGRAD_K:
+            raise ShapeError(f"Step 'winograd' has F(2×2, K×K) transforms for K in {WINOGRAD_K}, not K={shape.K}.",
+                             "use another step (e.g. step='final' or 'register-tiled') for this kernel size.")
+        self.check_params(params)
+        nbytes = 4 * sum(self.workspace_floats(shape))
+        if nbytes > WINOGRAD_WORKSPACE_MAX:
+            raise ShapeError(f"Step 'winograd' needs a {nbytes / 2 ** 30:.1f} GiB workspace for {shape.as_dict()} "
+                             f"(limit {WINOGRAD_WORKSPACE_MAX / 2 ** 30:.0f} GiB).",
+                             "split the batch into smaller calls, or use another step.")
+        for name, grid, block, smem in self.launches(shape, params):
+            limits.check_launch(grid, block, dynamic_smem=smem,
+                                static_smem=self.GEMM_SMEM if name == "winograd_gemm" else 0,
+                                what=f"Step 'winograd' ({name}) on {shape.as_dict()}")
+
+    def workspace(self, shape: ConvPoolShape):
+        import cupy as cp
+
+        sizes = self.workspace_floats(shape)
+        key = (cp.cuda.Device().id, sizes)
+        ws = self._workspaces.get(key)
+        if ws is None:
+            ws = tuple(cp.empty(n, dtype=cp.float32) for n in sizes)
+            self._workspaces[key] = ws
+        return ws
+
+    def prepare(self, params, problem):
+        super().prepare(params, problem)
+        self.workspace(problem)
+
+    def launch(self, y, x, w, b, shape, params, stream=None):
+        import numpy as np
+
+        u, v, mx = self.workspace(shape)
+        _, cp_, mp, pp = (np.int32(n) for n in self.padded(shape))
+        i32 = [np.int32(n) for n in (shape.B, shape.C, shape.H, shape.W, shape.M)]
+        B, C, H, W, M = i32
+        args = {"winograd_weights": (u, w, C, M, cp_, mp),
+                "winograd_input": (v, x, B, C, H, W, cp_, pp),
+                "winograd_gemm": (mx, u, v, cp_, mp, pp),
+                "winograd_output": (y, mx, b, B, H, W, M, mp, pp)}
+        for name, grid, block, smem in self.launches(shape, params):
+            self.kernel(name, params, shape)(grid, block, args[name], shared_mem=smem, stream=stream)
+
+
+class _Step09Kernels(Winograd):
+    """Step 09's kernels and launches, for step 10 to use (not in the step list itself)."""
+
+    @property
+    def slug(self) -> str:
+        return "winograd"
+
+    @property
+    def source(self) -> str:
+        return "vgg/09_winograd.cu"
+
+
+
+
+class Final(ThreeTF32):
+    """Step 10: the fastest FP32-accurate kernel for the call's K.
+
+    For K in 1, 3, 5, 7 that is step 09's Winograd F(2×2, K×K) (its kernels, from
+    kernels/vgg/09_winograd.cu: 1.69 ms at B=1 on the H100, rel. L2 2.7e-6, against 3.07 ms for
+    3xTF32; exploratory run). For other K it is this file's 3xTF32 implicit GEMM (step 08's
+    kernel with step 08's tile). Both are FP32-accurate (tolerance 1e-5).
+    """
+
+    kernel_names = ("conv_pool_final", "tc_pack_weights", "tc_pack_input")
+
+    def __init__(self):
+        super().__init__()
+        self._winograd = _Step09Kernels()
+
+    def uses_winograd(self, shape: ConvPoolShape) -> bool:
+        return isinstance(shape, ConvPoolShape) and shape.K in WINOGRAD_K
+
+    def source_for(self, params, problem) -> str:
+        return self._winograd.source if self.uses_winograd(problem) else self.source
+
+    def defines(self, params, shape):
+        if self.uses_winograd(shape):
+            return self._winograd.defines(self._winograd.params(), shape)
+        return super().defines(params, shape)
+
+    def validate(self, shape, params):
+        super().validate(shape, params)   # the 3xTF32 parameters are checked either way
+        if self.uses_winograd(shape):
+            self._winograd.validate(shape, self._winograd.params())
+
+    def prepare(self, params, problem):
+        if self.uses_winograd(problem):
+            self._winograd.prepare(self._winograd.params(), problem)
+        else:
+            super().prepare(params, problem)
+
+    def launch(self, y, x, w, b, shape, params, stream=None):
+        if self.uses_winograd(shape):
+            self._winograd.launch(y, x, w, b, shape, self._winograd.params(), stream=stream)
+        else:
+            super().launch(y, x, w, b, shape, params, stream=stream)
