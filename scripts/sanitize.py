@@ -69,6 +69,21 @@ def main(argv=None) -> int:
 
     records, logs, bad = [], {}, 0
     started = time.monotonic()
+    parameters = {"batch": size, "tools": tools, "layers": layers, "variants": variants,
+                  "recorded_params": not args.default_params}
+    run = results.create_run(provenance.manifest_fields(gpu.device_info(), parameters), run_id=args.run_id)
+    part = sanitizer.part(study)
+    kept_records, kept_logs = [], {}
+    if run.has_part(part):  # keep what this call does not re-check
+        old = run.read_part(part)
+        kept_records, kept_logs = old["records"], (old.get("extra") or {}).get("logs", {})
+
+    def save(new_records, new_logs):
+        done = {(r["variant"], r["layer"], r.get("tool")) for r in new_records}
+        merged = [r for r in kept_records if (r["variant"], r["layer"], r.get("tool")) not in done] + new_records
+        return run.write_part(part, study.name, merged, extra={"logs": {**kept_logs, **new_logs}},
+                              parameters=parameters)
+
     for variant in variants:
         chapter = None if args.default_params else load_recorded(study, variant, prefer_run=args.run_id)
         layer_params = chapter.case_params() if chapter is not None else {}
@@ -91,17 +106,9 @@ def main(argv=None) -> int:
                 print(f"sanitize: {variant:18s} {layer} {name:10s} {verdict} ({record['seconds']} s)", flush=True)
                 if verdict != "pass":
                     print("  " + summary.get("log_tail", "").replace("\n", "\n  ")[-3000:], flush=True)
+                save(records, logs)  # after every check: a timeout keeps what finished
 
-    parameters = {"batch": size, "tools": tools, "layers": layers, "variants": variants,
-                  "recorded_params": not args.default_params}
-    run = results.create_run(provenance.manifest_fields(gpu.device_info(), parameters), run_id=args.run_id)
-    part = sanitizer.part(study)
-    if run.has_part(part):  # keep what this call did not re-check
-        old = run.read_part(part)
-        done = {(r["variant"], r["layer"], r.get("tool")) for r in records}
-        records = [r for r in old["records"] if (r["variant"], r["layer"], r.get("tool")) not in done] + records
-        logs = {**(old.get("extra") or {}).get("logs", {}), **logs}
-    path = run.write_part(part, study.name, records, extra={"logs": logs}, parameters=parameters)
+    path = save(records, logs)
     print(f"sanitize: {len(records)} results in {path} ({time.monotonic() - started:.0f} s); "
           f"{bad} not passed.")
     return 1 if bad else 0
