@@ -6,6 +6,7 @@
 #   make book ONLY='lenet/*' PARAMS='repeats=20 batch_sizes=[100,1000]'
 #   make test                      the tests that need no GPU (the book build included)
 #   make test-gpu                  the tests that need a CUDA GPU
+#   make render                    screenshots of key pages in headless Chromium (1280 and 400 px) into _build/screens
 #   make clean                     remove _build/ (the environment stays; `make distclean` removes it too)
 #
 # The environment is .venv/, created from pyproject.toml; it is reinstalled when pyproject.toml
@@ -29,7 +30,7 @@ export KERNELBOOK_PROFILE := $(PROFILE)
 RUN_ARGS   := --mode $(MODE) $(if $(ONLY),--only '$(ONLY)') $(foreach p,$(PARAMS),-p '$(p)')
 BUILD_ARGS := $(if $(filter 1,$(STRICT)),,--no-strict)
 
-.PHONY: book run build test test-gpu clean distclean env
+.PHONY: book run build test test-gpu render clean distclean env
 
 # One recipe, not `book: run build`, so that `make -j` cannot build before the batch is done.
 book: $(STAMP)
@@ -55,6 +56,9 @@ test: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -m gpu -v
+
+render:
+	bash scripts/render_pages.sh
 
 clean:
 	rm -rf _build

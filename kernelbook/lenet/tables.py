@@ -92,13 +92,20 @@ def expectations(chapter) -> list[str]:
         lines.append(f"At batch {large}, C3 does {flop_ratio:.2f}× C1's arithmetic and took "
                      f"{time_ratio:.2f}× its time: C1 runs at {at_large.loc['C1', 'gflops']:,.0f} "
                      f"GFLOP/s and C3 at {at_large.loc['C3', 'gflops']:,.0f} GFLOP/s.")
+    overlapped = not chapter.step.impl.graph_capturable  # the streams step overlaps copies and kernels
     for layer in ("C1", "C3"):
         op = find_record(chapter.records, "op_time_ms", layer, large)
         lay = find_record(chapter.records, "layer_time_ms", layer, large)
-        if op and lay and lay["value"]:
+        if not (op and lay and lay["value"]):
+            continue
+        if overlapped:
+            lines.append(f"{layer} layer time at batch {large}: {format_ms(lay['value'])}. Copies and kernels overlap "
+                         "here, so the layer time cannot be split into copying and computing by subtraction; the "
+                         "timelines above show how much of each stream's time is copying.")
+        else:
             share = 1 - op["value"] / lay["value"]
-            lines.append(f"{layer} layer time at batch {large}: {format_ms(lay['value'])}, of which "
-                         f"{share:.0%} is copying between host and device rather than computing.")
+            lines.append(f"{layer} layer time at batch {large}: {format_ms(lay['value'])}, of which {share:.0%} is spent "
+                         "outside the kernel (the copies between host and device, which do not overlap it here).")
     acc = find_record(chapter.records, "accuracy", "network", large)
     if acc:
         lines.append(f"Accuracy on the first {large} test images: {acc['value']:.4f} with this book's "
