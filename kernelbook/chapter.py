@@ -29,7 +29,7 @@ from .study import Study
 
 
 @dataclass
-class Chapter:
+class Chapter(session_mod.RecordingView):
     """A step's recording with its study: what every section reads."""
 
     study: Study
@@ -41,30 +41,6 @@ class Chapter:
     @property
     def variant(self) -> str:
         return self.step.slug
-
-    @property
-    def session(self) -> session_mod.Session:
-        return self.recording.session
-
-    @property
-    def records(self) -> list[dict]:
-        return self.recording.records
-
-    @property
-    def checks(self) -> list[dict]:
-        return self.recording.checks
-
-    @property
-    def parameters(self) -> dict:
-        return self.recording.parameters
-
-    @property
-    def extra(self) -> dict:
-        return self.recording.extra
-
-    @property
-    def label(self) -> str:
-        return self.recording.label
 
     @property
     def correct(self) -> bool:
@@ -81,9 +57,6 @@ class Chapter:
         import pandas as pd
 
         return pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in self.records])
-
-    def _repr_markdown_(self) -> str:
-        return self.recording._repr_markdown_()
 
     # ------------------------------------------------------------------ sections
 

@@ -106,6 +106,44 @@ class Recording:
         return head + (f"\n\n{warning}" if warning else "")
 
 
+class RecordingView:
+    """What every page object built on a ``Recording`` shows (a chapter, a grid, the ceilings):
+    its session, records and parameters, and the provenance labels."""
+
+    recording: Recording
+
+    @property
+    def session(self) -> Session | None:
+        return self.recording.session
+
+    @property
+    def records(self) -> list[dict]:
+        return self.recording.records
+
+    @property
+    def checks(self) -> list[dict]:
+        return self.recording.checks
+
+    @property
+    def parameters(self) -> dict:
+        return self.recording.parameters
+
+    @property
+    def extra(self) -> dict:
+        return self.recording.extra
+
+    @property
+    def label(self) -> str:
+        return self.recording.label
+
+    @property
+    def short_label(self) -> str:
+        return self.recording.short_label
+
+    def _repr_markdown_(self) -> str:
+        return self.recording._repr_markdown_()
+
+
 @dataclass
 class Measurement:
     """What a ``measure`` callable hands ``recorded``: records, and optionally checks and extra."""

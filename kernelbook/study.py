@@ -64,9 +64,35 @@ class Study:
     def impl(self, step: str) -> StepImpl:
         return self.steps.impl(step)
 
-    def sizes(self, value) -> list[int]:
+    def sizes(self, value) -> list:
+        """The sizes to time (batch sizes), or, for a study with a row per case, the cases to time."""
+        if self.rows == "cases":
+            import json
+
+            example = json.dumps(list(self.default_sizes or self.cases[:1]))
+            if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:
+                raise P.ParameterError(f"{self.size_name}={value!r} is not a non-empty list of cases.",
+                                       f"pass e.g. {self.size_name}={example}.")
+            unknown = [v for v in value if v not in self.cases]
+            if unknown:
+                raise P.ParameterError(f"{self.size_name} holds {unknown!r}; the cases are {', '.join(self.cases)}.",
+                                       f"pass e.g. {self.size_name}={example}.")
+            return list(value)
         return P.sizes(self.size_name, value, maximum=self.max_size,
                        example="[" + ", ".join(map(str, self.default_sizes or (100,))) + "]")
+
+    def reported_csv(self, step: str | None = None):
+        """The write-ups' numbers for the study (``data/reported/<study>.csv``), optionally one step's."""
+        import pandas as pd
+
+        from . import paths
+        from .errors import DataError
+
+        path = paths.data_dir() / "reported" / f"{self.name}.csv"
+        if not path.is_file():
+            raise DataError(f"{path} is missing.", "restore it with `git checkout -- data/reported/`.")
+        frame = pd.read_csv(path)
+        return frame[frame["step"] == step].reset_index(drop=True) if step else frame
 
     def case_params(self, impl: StepImpl, params: dict | None, case_params: dict | None) -> dict[str, dict]:
         """Each case's parameters: the step's defaults, under ``params``, under ``case_params[case]``."""

@@ -91,7 +91,7 @@ def measure_ceilings(repeats: int = 10, warmup: int = 2, copy_bytes: int = 2**30
 
 
 @dataclass
-class Ceilings:
+class Ceilings(session_mod.RecordingView):
     """Measured ceilings and where they come from (an empty recording: nothing recorded)."""
 
     recording: session_mod.Recording
@@ -100,16 +100,8 @@ class Ceilings:
     def values(self) -> dict:
         return {r["metric"]: r["value"] for r in self.recording.records if r["value"] is not None}
 
-    @property
-    def records(self) -> list[dict]:
-        return self.recording.records
-
     def get(self, metric: str) -> float | None:
         return self.values.get(metric)
-
-    @property
-    def session(self):
-        return self.recording.session
 
     @property
     def status(self) -> str:
@@ -118,10 +110,6 @@ class Ceilings:
     @property
     def label(self) -> str:
         return self.recording.label if self.recording.found else f"Device ceilings: {NOT_RECORDED}."
-
-    @property
-    def short_label(self) -> str:
-        return self.recording.short_label
 
 
 def ceilings(mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,

@@ -18,10 +18,8 @@ import hashlib
 import importlib.metadata
 import math
 import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, BinaryIO, Literal
+from typing import IO, Literal
 
 import numpy as np
 

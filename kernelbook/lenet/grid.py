@@ -24,39 +24,12 @@ def config_label(config: dict) -> str:
 
 
 @dataclass
-class GridResult:
+class GridResult(session_mod.RecordingView):
     """Many configurations of one variant, each checked and then timed on the network's layers."""
 
     variant: str
     recording: session_mod.Recording
     cases = tuple(LAYERS)
-
-    @property
-    def session(self):
-        return self.recording.session
-
-    @property
-    def records(self) -> list[dict]:
-        return self.recording.records
-
-    @property
-    def parameters(self) -> dict:
-        return self.recording.parameters
-
-    @property
-    def extra(self) -> dict:
-        return self.recording.extra
-
-    @property
-    def label(self) -> str:
-        return self.recording.label
-
-    @property
-    def short_label(self) -> str:
-        return self.recording.short_label
-
-    def _repr_markdown_(self) -> str:
-        return self.recording._repr_markdown_()
 
     def frame(self):
         import pandas as pd

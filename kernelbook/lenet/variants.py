@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .. import limits
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..steps import StepImpl
 from .problem import GRID_YZ_MAX, INT32_MAX, ConvShape, ceil_div, int32  # noqa: F401  (re-exported)

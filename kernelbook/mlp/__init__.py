@@ -49,8 +49,6 @@ def check_call(step: str, x, weights, out=None, **params):
         raw = weights
     check_weights(raw, "weights")
     host = tuple(w.get() if hasattr(w, "get") else np.asarray(w) for w in raw)
-    from ..errors import DataError  # noqa: F401  (weights errors below are ShapeError: arguments)
-
     for name, arr in zip(("W1", "b1", "W2", "b2", "W3", "b3"), host):
         if not np.isfinite(arr).all():
             raise ShapeError(f"{name} holds {int((~np.isfinite(arr)).sum())} non-finite values.",

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 
 
-from .. import paths, results
-from ..errors import DataError, ParameterError
+from .. import results
+from ..errors import ParameterError
 from ..study import Column, Study
 from .problem import CASES, MlpShape
 from .steps import STEPS
@@ -40,16 +40,6 @@ class MlpStudy(Study):
     profile_size = CASES["100x100"]
     sanitizer_size = CASES["5x5"]
 
-    def sizes(self, value) -> list:
-        """The test cases to time: a list of names among the study's cases."""
-        example = '["5x5", "100x100"]'
-        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:
-            raise ParameterError(f"cases={value!r} is not a non-empty list of test cases.",
-                                 f"pass e.g. cases={example}.")
-        unknown = [v for v in value if v not in CASES]
-        if unknown:
-            raise ParameterError(f"cases holds {unknown!r}, which are no test cases.", f"pass e.g. cases={example}.")
-        return list(value)
 
     def columns(self) -> list[Column]:
         return [Column("time [ms]", "op_time_ms", None, kind="ms"),
@@ -96,13 +86,7 @@ class MlpStudy(Study):
         return measure_vendor(tuple(sizes), repeats=repeats, warmup=warmup)
 
     def reported_frame(self, step: str):
-        import pandas as pd
-
-        path = paths.data_dir() / "reported" / "mlp.csv"
-        if not path.is_file():
-            raise DataError(f"{path} is missing.", "restore it with `git checkout -- data/reported/`.")
-        frame = pd.read_csv(path)
-        return frame[frame["step"] == step].reset_index(drop=True)
+        return self.reported_csv(step)
 
     def reported_best(self):
         import pandas as pd
@@ -144,7 +128,7 @@ class MlpStudy(Study):
         return styled(out, "Reported by the write-up (its GPUs; not measured here).")
 
     def expectations(self, chapter) -> list[str]:
-        from ..report import find_record
+        from ..report import find_record, format_ms
 
         if not chapter.correct:
             return ["The step failed its correctness check; nothing was timed."]

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 
 
-from .. import paths, results
-from ..errors import DataError, ParameterError
+from .. import results
 from ..study import Column, Study
 from .problem import CASES
 from .steps import STEPS
@@ -37,15 +36,6 @@ class VggStudy(Study):
     profile_size = 1
     sanitizer_size = 1
 
-    def sizes(self, value) -> list:
-        example = '["B1"]'
-        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:
-            raise ParameterError(f"cases={value!r} is not a non-empty list of layers.", f"pass e.g. cases={example}.")
-        unknown = [v for v in value if v not in CASES]
-        if unknown:
-            raise ParameterError(f"cases holds {unknown!r}; the layers are {', '.join(CASES)}.",
-                                 f"pass e.g. cases={example}.")
-        return list(value)
 
     def columns(self) -> list[Column]:
         return [Column("time [ms]", "op_time_ms", None, kind="ms"),
@@ -87,13 +77,7 @@ class VggStudy(Study):
         return measure_vendor(tuple(sizes), repeats=repeats, warmup=warmup)
 
     def reported_frame(self, step: str):
-        import pandas as pd
-
-        path = paths.data_dir() / "reported" / "vgg.csv"
-        if not path.is_file():
-            raise DataError(f"{path} is missing.", "restore it with `git checkout -- data/reported/`.")
-        frame = pd.read_csv(path)
-        return frame[frame["step"] == step].reset_index(drop=True)
+        return self.reported_csv(step)
 
     def reported(self, step: str):
         import pandas as pd

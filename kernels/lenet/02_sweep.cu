@@ -12,8 +12,9 @@
 // IMGS_PER_BLOCK images. grid = (tiles_h * tiles_w, M, ceil(B / IMGS_PER_BLOCK)).
 //
 // Why sweep: C1's output plane is 80 x 80 and C3's is 34 x 34. A block shape that divides one
-// wastes threads on the other (17 x 17 fits C3 exactly, 16 x 16 leaves 30 of 34 columns in the
-// second tile idle), and tiny blocks cap occupancy by the per-SM block limit. The best shape
+// wastes threads on the other (17 x 17 fits C3 exactly; 16 x 16 needs three tiles across a
+// 34-wide row, so 14 of their 48 columns are idle), and tiny blocks cap occupancy by the per-SM
+// block limit. The best shape
 // is found by measuring, per layer.
 #ifndef TILE_W
 #define TILE_W 16
