@@ -47,9 +47,10 @@ def step_deltas(steps: dict):
     fig, axes = plt.subplots(len(cases), 3, figsize=(12, 3.2 * len(cases)), squeeze=False)
     columns = (("op_time_ms", "time (ms, log)"), ("gflops", "GFLOP/s"), ("gbytes_per_s", "GB/s (fewest bytes)"))
     for row, layer in enumerate(cases):
+        mine = sorted({b for f in groups.values() for b in f[f["layer"] == layer]["batch"]}) or batches
         for col, (column, title) in enumerate(columns):
             ax = axes[row][col]
-            drawn = _bars(ax, groups, batches, layer, column) if groups else False
+            drawn = _bars(ax, groups, mine, layer, column) if groups else False
             if column == "op_time_ms" and drawn:
                 ax.set_yscale("log")
             ax.set_title(f"{layer}: {title}", fontsize=10)

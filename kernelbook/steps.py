@@ -40,6 +40,10 @@ class StepImpl:
     tolerance: ClassVar[float] = 1e-5    # relative L2 error allowed against float64
     precision: ClassVar[str] = "fp32"
     graph_capturable: ClassVar[bool] = True  # False when launch() uses streams of its own
+    #: The arithmetic unit the step's products run on, for its floor: fp32 (CUDA cores), fp16x2
+    #: (__half2 on CUDA cores), tf32 or fp16 (tensor cores), 3xtf32 or 3xfp16 (three tensor-core
+    #: products per product, for FP32 accuracy). ``math_for`` answers per problem.
+    math: ClassVar[str] = "fp32"
     step: "Step"                          # set by StepList
 
     @property
@@ -72,6 +76,9 @@ class StepImpl:
 
     def validate(self, problem, params: dict) -> None:
         """Raise ``ParameterError``/``ShapeError``/``LaunchLimitError``; called before any launch."""
+
+    def math_for(self, params: dict, problem) -> str:
+        return self.math
 
     def source_for(self, params: dict, problem) -> str:
         """The ``.cu`` file whose kernels run for ``problem`` (a step may hand a case to an earlier

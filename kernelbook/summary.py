@@ -13,7 +13,7 @@ import pandas as pd
 from . import results
 from .chapter import load_recorded
 from .evidence.ceilings import ceilings_for
-from .evidence.floor import floor_ms
+from .evidence.floor import floor_ms, step_math
 from .evidence.vendor import vendor
 from .report import find_record, format_ms, styled
 
@@ -46,11 +46,11 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
                 continue
             theirs = find_record(base.records, study.time_metric, case, size) if base is not None else None
             ceilings = ceilings_for(chapter.session.run.run_id)
-            floor = floor_ms(problem, ceilings)
+            floor = floor_ms(problem, ceilings, step_math(chapter, case))
             row = {study.case_header: case, "Size": f"{size:,}", "Step": f"{chapter.step.number:02d} {slug}",
                    "Time": format_ms(mine["value"]),
                    "Speed-up vs baseline": f"{theirs['value'] / mine['value']:.1f}×" if theirs else "–",
-                   "% of FP32 floor": f"{floor / mine['value'] * 100:.1f} %" if floor else "–"}
+                   "% of its floor": f"{floor / mine['value'] * 100:.1f} %" if floor else "–"}
             for v in dict.fromkeys(r["variant"] for r in found_vendor.records):
                 ref = find_record([r for r in found_vendor.records if r["variant"] == v], study.time_metric, case, size)
                 row[f"vs {v}"] = f"{ref['value'] / mine['value']:.2f}×" if ref else "–"
@@ -62,8 +62,9 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
 
 def leaderboard(study):
     frame, runs = leaderboard_frame(study)
-    return styled(frame, f"{study.title}: every step at each case's largest recorded size (medians); '% of FP32 "
-                         f"floor' uses the ceilings measured in the step's run; 'vs X' is X's time / the step's "
+    return styled(frame, f"{study.title}: every step at each case's largest recorded size (medians); '% of its "
+                         f"floor' uses the ceilings measured in the step's run and the rate of the unit it runs on (see "
+                         f"each profiles page); 'vs X' is X's time / the step's "
                          f"(above 1: the step is faster). Runs: {', '.join(runs)}.")
 
 

@@ -396,6 +396,9 @@ def test_floor_is_the_slower_of_bytes_and_flops():
     assert floor.floor_ms(shape, CEILINGS) == pytest.approx(0.25088)
     assert floor.floor_ms(shape, {**CEILINGS, "copy_gbs": 100.0}) == pytest.approx(1.31984784)
     assert floor.floor_ms(shape, {"copy_gbs": 1000.0}) is None
+    # on tensor cores: 400,000 GFLOP/s FP16 -> bytes-bound; 3xFP16 spends three products per product
+    assert floor.floor_ms(shape, CEILINGS, "fp16") == pytest.approx(0.131984784)
+    assert floor.floor_ms(shape, {**CEILINGS, "fp16_tensor_gflops": 2000.0}, "3xfp16") == pytest.approx(3.7632)
     fake = session.Recording("device-ceilings", None, [results.record("device", "ceilings", None, None, m, v)
                                                         for m, v in CEILINGS.items()])
     assert floor.floor_ms(shape, ceilings_mod.Ceilings(fake)) == pytest.approx(0.25088)
@@ -417,7 +420,7 @@ def test_floor_frame_against_the_floor_and_cudnn(results_root, no_gpu):
     frame = floor.floor_frame(STUDY, {"baseline": chapter, "tiled": None}, CEILINGS, _cudnn_records(), 1000)
     row = frame[(frame["Layer"] == "C1") & (frame["Step"] == "baseline")].iloc[0]
     # op time C1 at 1000 = 10 ms (0.01 * 1000); floor 0.25088 ms -> 2.5 %; cuDNN 1 ms / 10 ms
-    assert row["Time"] == "10.000 ms" and row["% of floor"] == "2.5 %"
+    assert row["Time"] == "10.000 ms" and row["% of its floor"] == "2.5 %" and row["Unit"] == "fp32"
     assert row["vs cudnn"] == "0.10×" and row["vs cudnn-tf32"] == "0.05×"
     assert row["GFLOP/s"] == "251"
     assert (frame[frame["Step"] == "tiled"]["Time"] == "not recorded yet").all()

@@ -14,17 +14,34 @@ from .ceilings import Ceilings, ceilings_for
 from .tools import NOT_RECORDED
 from .vendor import vendor as vendor_recording
 
-RATE_OF = {"fp32": "fp32_gflops", "tf32": "tf32_tensor_gflops", "fp16": "fp16_tensor_gflops"}
+#: The measured ceiling each arithmetic unit runs at, and how many products it spends per product.
+UNITS = {"fp32": ("fp32_gflops", 1.0), "fp16x2": ("fp32_gflops", 0.5), "tf32": ("tf32_tensor_gflops", 1.0),
+         "fp16": ("fp16_tensor_gflops", 1.0), "3xtf32": ("tf32_tensor_gflops", 3.0),
+         "3xfp16": ("fp16_tensor_gflops", 3.0)}
 
 
-def floor_ms(problem, ceilings, rate: str = "fp32_gflops") -> float | None:
-    """max(bytes / bandwidth, FLOPs / rate) in ms; ``ceilings`` is a ``Ceilings`` or a dict; None
-    when a ceiling is missing."""
+def floor_ms(problem, ceilings, math: str = "fp32") -> float | None:
+    """max(bytes / bandwidth, FLOPs / rate of the unit ``math``) in ms; ``ceilings`` is a
+    ``Ceilings`` or a dict; None when a ceiling is missing. ``fp16x2`` (``__half2`` FMAs on CUDA
+    cores) does two products per FP32 slot; ``3xtf32``/``3xfp16`` spend three tensor-core
+    products per product."""
     values = ceilings.values if isinstance(ceilings, Ceilings) else ceilings
-    bandwidth, speed = values.get("copy_gbs"), values.get(rate)
+    rate_name, cost = UNITS[math]
+    bandwidth, speed = values.get("copy_gbs"), values.get(rate_name)
     if not bandwidth or not speed:
         return None
-    return max(problem.min_bytes / (bandwidth * 1e9), problem.flops / (speed * 1e9)) * 1e3
+    return max(problem.min_bytes / (bandwidth * 1e9), problem.flops * cost / (speed * 1e9)) * 1e3
+
+
+def vendor_math(variant: str) -> str:
+    """The unit a vendor-library variant runs on, from its name (cudnn-tf32, pytorch-fp16, ...)."""
+    return "tf32" if "tf32" in variant else "fp16" if "fp16" in variant else "fp32"
+
+
+def step_math(chapter, case: str) -> str:
+    """The unit the chapter's step runs ``case`` on (decided by the shape; one image is enough)."""
+    impl = chapter.study.impl(chapter.variant)
+    return impl.math_for(impl.params(**chapter.case_params().get(case, {})), chapter.study.problem(case, 1))
 
 
 def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], size: int | None):
@@ -39,20 +56,23 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
     metric = study.time_metric
     vendors = list(dict.fromkeys(r["variant"] for r in vendor_records))
     entries = [(v, ch.records if ch is not None and ch.correct else None,
-                ch.recording.short_label if ch is not None else NOT_RECORDED) for v, ch in chapters.items()]
+                ch.recording.short_label if ch is not None else NOT_RECORDED, ch) for v, ch in chapters.items()]
     for v in vendors:
-        entries.append((v, [r for r in vendor_records if r["variant"] == v], "vendor library"))
+        entries.append((v, [r for r in vendor_records if r["variant"] == v], "vendor library", None))
     rows = []
     for case in study.cases:
         problem = study.problem(case, None if size is None else size)
-        floor = floor_ms(problem, ceilings)
-        for variant, records, where in entries:
+        fp32_floor = floor_ms(problem, ceilings)
+        for variant, records, where, chapter in entries:
             op = record_value(records, metric, case, at) if records is not None else None
-            row = {study.case_header: case, "Step": variant,
+            math = step_math(chapter, case) if chapter is not None else vendor_math(variant)
+            floor = floor_ms(problem, ceilings, math)
+            row = {study.case_header: case, "Step": variant, "Unit": math,
                    "Time": format_ms(op) if op is not None else (NOT_RECORDED if records is None else "–"),
                    study.rate_unit: f"{problem.flops / (op / 1e3) / 1e9:,.0f}" if op else "–",
-                   "FP32 floor": format_ms(floor) if floor else "–",
-                   "% of floor": f"{floor / op * 100:.1f} %" if op and floor else "–"}
+                   "FP32 floor": format_ms(fp32_floor) if fp32_floor else "–",
+                   "Floor of its unit": format_ms(floor) if floor else "–",
+                   "% of its floor": f"{floor / op * 100:.1f} %" if op and floor else "–"}
             for v in vendors:
                 theirs = record_value([r for r in vendor_records if r["variant"] == v], metric, case, at)
                 row[f"vs {v}"] = f"{theirs / op:.2f}×" if op and theirs else "–"
@@ -71,8 +91,10 @@ def floor_table(study, size: int | None, steps: Iterable[str] | None = None, fou
     found_vendor = found_vendor or vendor_recording(study, "replay", prefer_run=prefer_run)
     frame = floor_frame(study, chapters, found_ceilings, found_vendor.records, size)
     where = f"at {study.size_header.lower()} {size}" if size is not None else "per case"
-    caption = (f"Time {where} against the FP32 floor (the larger of fewest bytes / copy "
-               f"bandwidth and FLOPs / FP32 rate; % of floor = floor / time) and the vendor library (its time / "
+    caption = (f"Time {where} against the floor (the larger of fewest bytes / copy bandwidth and FLOPs / the "
+               f"measured rate of the unit the step runs on: FP32 or __half2 CUDA cores, TF32 or FP16 tensor cores, "
+               f"a third of that for 3xTF32 and 3xFP16; % = floor / time; a step that does fewer products than "
+               f"counted, like Winograd, can pass 100 %) and the vendor library (its time / "
                f"the step's; above 1 is faster). [ceilings: {found_ceilings.short_label}] "
                f"[vendor: {found_vendor.short_label}] Steps: each from its newest recording (column Recorded).")
     return styled(frame, caption)

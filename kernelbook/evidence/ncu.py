@@ -172,8 +172,9 @@ def for_chapter(chapter, profile: bool = True, size: int | None = None,
     if found.measuring:
         missing = found.extra.get("missing_metrics") or []
         note = f" Not available from this ncu/GPU: {', '.join(missing)}." if missing else ""
-        found.status = (f"Profiled now with Nsight Compute {found.extra.get('ncu_version')} at "
-                        f"{study.size_header.lower()} {size} ({found.extra.get('attribution')}).{note}")
+        where = "each case at its own size" if study.rows == "cases" else f"{study.size_header.lower()} {size}"
+        found.status = (f"Profiled now with Nsight Compute {found.extra.get('ncu_version')}, {where} "
+                        f"({found.extra.get('attribution')}).{note}")
     return found
 
 
@@ -254,8 +255,10 @@ def ncu_comparison(chapter, evidence: session_mod.Recording | None = None, metri
                              "Nsight Compute")
     frame = comparison_frame(steps, chapter.study.cases, metrics, chapter.study.case_header)
     size = next((r["batch"] for r in steps["this step"][2] if r.get("batch")), chapter.study.profile_size)
-    caption = (f"Nsight Compute (ncu --clock-control none), one launch per case at {chapter.study.size_header.lower()} "
-               f"{size}; changes are relative (this step against the other). [{_caption_tags(steps)}]")
+    where = ("each case at its own size" if chapter.study.rows == "cases"
+             else f"{chapter.study.size_header.lower()} {size}")
+    caption = (f"Nsight Compute (ncu --clock-control none), one launch per case, {where}; changes are relative "
+               f"(this step against the other). [{_caption_tags(steps)}]")
     return styled(frame, caption)
 
 

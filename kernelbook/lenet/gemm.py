@@ -295,6 +295,7 @@ class Fp16(ConvVariant):
     kernel_names = ("conv_fp16",)
     defaults = {"tile": 16, "half_tiles": 1}
     precision = "fp16"
+    math = "fp16x2"
     # Operands are rounded to 11 significant bits (relative error <= 2^-11 ~ 4.9e-4 each,
     # RMS ~2.8e-4), and each half2 lane sums TILE/2 = 8 products per flush, each addition
     # rounded to 11 bits. For random-sign terms these errors add in quadrature, giving ~5e-4

@@ -100,6 +100,11 @@ class HopperFinal(ConvVariant):
 
         return STEPS.impl("specialised")
 
+    def math_for(self, params: dict, shape: ConvShape) -> str:
+        if self.direct(shape, params):
+            return self.specialised().math_for(self.specialised().params(), shape)
+        return "3xfp16" if self.plan(shape, params)["kernel"] == "conv_hopper" else "fp32"
+
     def source_for(self, params: dict, shape: ConvShape) -> str:
         return self.specialised().source if self.direct(shape, params) else self.source
 

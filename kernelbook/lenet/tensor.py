@@ -71,6 +71,9 @@ class TensorCores(ConvVariant):
     kernel_names = ("conv_tensor_cores",)
     defaults = {"precision": "tf32", "shape": "16x16", "warps": 4, "frags_n": 2, "bk": 16}
     precision = "tf32/fp16"
+
+    def math_for(self, params, problem) -> str:
+        return params["precision"]
     # TF32 and FP16 both keep 10 explicit mantissa bits: each operand is rounded with relative
     # error <= 2^-11, products and sums are exact-ish in the float accumulator, so the relative
     # L2 error is ~3e-4 to 6e-4 whatever CKK is. 5e-3 leaves a wide margin and still catches
@@ -111,6 +114,7 @@ class IndexReuse(ConvVariant):
     kernel_names = ("conv_index_reuse",)
     defaults = {"shape": "16x16", "warps": 4, "frags_n": 2, "bk": 16}
     precision = "fp16"
+    math = "fp16"
     tolerance = 5e-3  # FP16 operands, float accumulation: ~3e-4 to 6e-4 (see TensorCores)
 
     def defines(self, params: dict, shape: ConvShape) -> dict:
@@ -142,6 +146,7 @@ class PerLayer(ConvVariant):
     kernel_names = ("conv_wmma_m16n16k16", "conv_wmma_m8n32k16")
     defaults = {"policy": "auto", "warps": 4, "frags_n": 2, "bk": 16}
     precision = "fp16"
+    math = "fp16"
     tolerance = 5e-3  # FP16 operands, float accumulation (see TensorCores)
 
     @staticmethod

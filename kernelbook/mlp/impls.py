@@ -272,12 +272,14 @@ class WholeNetRegisters(_Fixed256):
 
 
 class HalfPrecision(WholeNetRegisters):
+    math = "fp16x2"
     kernel_names = ("wholeNetInRegsHalfKernel",)
     precision, measure, tolerance = "fp16", "scaled_abs_diff", HALF_THRESHOLD
     static_smem = 800
 
 
 class ReducedBankConflicts(_Fixed256):
+    math = "fp16x2"
     kernel_names = ("reducedBankConflictsKernel",)
     precision, measure, tolerance = "fp16", "scaled_abs_diff", HALF_THRESHOLD
     static_smem = 13568
@@ -319,6 +321,7 @@ class BetterOccupancy(ReducedBankConflicts):
 
 
 class Best(MlpImpl):
+    math = "fp16x2"
     """Step 12: the fastest half-precision kernel per N (a choice, not a new kernel)."""
 
     kernel_names = ("coalescedWeightsReadsKernel", "inputsLoadHidingKernel", "betterOccupancyKernel")

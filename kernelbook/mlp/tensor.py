@@ -15,6 +15,7 @@ from .reference import HALF_THRESHOLD
 
 
 class TensorCore3xTF32(MlpImpl):
+    math = "3xtf32"
     """Step 13: fully fused mma.sync m16n8k8 TF32 kernel, 3xTF32 for FP32 accuracy."""
 
     kernel_names = ("fusedTensorCore3xTF32Kernel",)
@@ -50,6 +51,7 @@ class TensorCore3xTF32(MlpImpl):
 
 
 class TensorCoreHalf(TensorCore3xTF32):
+    math = "fp16"
     """Step 14: the same in FP16 (m16n8k16, FP32 accumulation)."""
 
     kernel_names = ("fusedTensorCoreHalfKernel",)
@@ -61,6 +63,7 @@ class TensorCoreHalf(TensorCore3xTF32):
 
 
 class Final(TensorCore3xTF32):
+    math = "3xfp16"  # both test cases take the 3xFP16 kernel by default
     """Step 15: per N, step 13's 3xTF32 kernel or the 3xFP16 kernel of 15_final.cu, each
     with its own launch shape (``small_*`` up to ``switch_columns`` columns, ``large_*`` above)."""
 

@@ -151,6 +151,9 @@ class Final(ThreeTF32):
     def uses_winograd(self, shape: ConvPoolShape) -> bool:
         return isinstance(shape, ConvPoolShape) and shape.K in WINOGRAD_K
 
+    def math_for(self, params, problem) -> str:
+        return "fp32" if self.uses_winograd(problem) else "3xtf32"
+
     def source_for(self, params, problem) -> str:
         return self._winograd.source if self.uses_winograd(problem) else self.source
 

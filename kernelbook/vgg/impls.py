@@ -347,6 +347,7 @@ class TensorCoreStep(TiledStep):
 
 
 class TF32(TensorCoreStep):
+    math = "tf32"
     """Step 07: TF32 inputs (10-bit mantissa), FP32 accumulation. Tolerance 5e-3 rel. L2."""
 
     kernel_names = ("conv_pool_tf32", "tc_pack_weights", "tc_pack_input")
@@ -355,6 +356,7 @@ class TF32(TensorCoreStep):
 
 
 class ThreeTF32(TensorCoreStep):
+    math = "3xtf32"
     """Step 08: 3xTF32 (big·big + big·small + small·big): FP32 accuracy on tensor cores."""
 
     kernel_names = ("conv_pool_3xtf32", "tc_pack_weights", "tc_pack_input")
