@@ -11,6 +11,12 @@ from .report import throughput
 
 matplotlib.rcParams["figure.dpi"] = 110
 matplotlib.rcParams["savefig.dpi"] = 220
+try:  # 2x PNGs in the executed notebooks, sharp on high-density screens
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+    set_matplotlib_formats("retina")
+except ImportError:  # outside Jupyter: nothing to configure
+    pass
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 CASE_COLORS = {"C1": PALETTE[0], "C3": PALETTE[1]}
 

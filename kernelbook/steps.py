@@ -80,6 +80,11 @@ class StepImpl:
     def math_for(self, params: dict, problem) -> str:
         return self.math
 
+    def kernels_for(self, params: dict, problem) -> tuple[str, ...] | None:
+        """The kernels a launch for ``problem`` runs (None: every kernel of the build). A file may
+        hold kernels of other paths that compile as stubs; their resources are no evidence."""
+        return None
+
     def source_for(self, params: dict, problem) -> str:
         """The ``.cu`` file whose kernels run for ``problem`` (a step may hand a case to an earlier
         step's kernel that measured faster for it; the chapter says so)."""

@@ -57,7 +57,10 @@ def collect(study, variant: str, case_params: dict) -> list[dict]:
             cubin, report = kernels.compile_cubin(source, defines, arch=getattr(impl, "arch", "sm_90"))
             built[key] = (report, sass_counts(cubin))
         report, sass = built[key]
+        launched = impl.kernels_for(params, problem)
         for fn in report:
+            if launched is not None and fn.name not in launched:
+                continue  # compiled into the file for another path, never launched for this case
             base = {"kernel": fn.name, "source": source}
             for metric in ("registers", "shared_bytes", "constant_bytes", "stack_frame_bytes",
                            "spill_store_bytes", "spill_load_bytes"):

@@ -12,7 +12,7 @@ from .. import limits
 from .variants import GRID_YZ_MAX, ConvShape, ConvVariant, ceil_div, int32
 
 CONST_CAPACITY = 16384         # floats: the 64 KiB constant bank available to user data
-STATIC_SHARED_LIMIT = 48 * 1024  # bytes a block may use without opting in
+STATIC_SHARED_LIMIT = limits.H100.static_smem_per_block  # bytes a block may use without opting in
 
 
 def _check_block(threads: int, what: str) -> None:

@@ -153,6 +153,9 @@ class Specialised(ConvVariant):
                 "band": band, "bands": nbands, "threads": threads, "min_blocks": min_blocks, "row_stride": rs,
                 "tiles_per_warp": nt, "smem_bytes": smem}
 
+    def kernels_for(self, params: dict, shape: ConvShape) -> tuple[str, ...]:
+        return (self.plan(shape, params)["kernel"],)
+
     def math_for(self, params: dict, shape: ConvShape) -> str:
         return "3xtf32" if self.plan(shape, params)["kernel"] == "conv_direct_3xtf32" else "fp32"
 

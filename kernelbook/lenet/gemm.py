@@ -15,11 +15,12 @@ from __future__ import annotations
 import contextlib
 import math
 
+from ..limits import H100
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from .variants import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
 
-STATIC_SMEM_MAX = 48 * 1024  # bytes of static __shared__ per block without an opt-in
-MAX_THREADS = 1024
+STATIC_SMEM_MAX = H100.static_smem_per_block  # bytes of static __shared__ per block without an opt-in
+MAX_THREADS = H100.max_threads_per_block
 ELEMENTWISE_BLOCK = 256      # block size of the 1-D helper kernels (im2col, permute)
 
 

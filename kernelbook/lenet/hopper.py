@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..errors import LaunchLimitError, ParameterError, ShapeError
-from ..limits import check_launch, check_launch_bounds
+from ..limits import H100, check_launch, check_launch_bounds
 from .variants import INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
 
 HOPPER_MAX_K = 7                # the 8-column window holds both output offsets only for K <= 7
 HOPPER_SMEM_MAX = 200 * 1024    # dynamic shared memory per block this plan accepts (opt-in limit 227 KiB)
 HOPPER_MAX_PREFETCH = 16        # float4 registers per thread for one image
-STATIC_SMEM_MAX = 48 * 1024     # beyond this the launch must raise the kernel's dynamic limit
+STATIC_SMEM_MAX = H100.static_smem_per_block  # beyond this the launch must raise the kernel's dynamic limit
 GENERIC_THREADS = 256
 H100_SMS = 132                  # used for the grid when no GPU is present (validation, replay)
 
@@ -99,6 +99,11 @@ class HopperFinal(ConvVariant):
         from .steps import STEPS
 
         return STEPS.impl("specialised")
+
+    def kernels_for(self, params: dict, shape: ConvShape) -> tuple[str, ...]:
+        if self.direct(shape, params):
+            return self.specialised().kernels_for(self.specialised().params(), shape)
+        return (self.plan(shape, params)["kernel"],)
 
     def math_for(self, params: dict, shape: ConvShape) -> str:
         if self.direct(shape, params):

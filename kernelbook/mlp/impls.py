@@ -107,7 +107,7 @@ class MlpImpl(StepImpl):
 
     def kernel(self, name, params, problem):
         fn = kernels.get_kernel(self.module_source(params, problem), name, self.defines(params, problem))
-        if self.dynamic_smem > 48 * 1024:
+        if self.dynamic_smem > limits.H100.static_smem_per_block:
             fn.max_dynamic_shared_size_bytes = self.dynamic_smem
         return fn
 

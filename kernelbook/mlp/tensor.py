@@ -106,7 +106,7 @@ class Final(TensorCore3xTF32):
 
     def kernel(self, name, params, problem):
         fn = kernels.get_kernel(self.source, name, self.defines(params, problem))
-        if self.smem[name][0] > 48 * 1024:
+        if self.smem[name][0] > limits.H100.static_smem_per_block:
             fn.max_dynamic_shared_size_bytes = self.smem[name][0]
         return fn
 

@@ -73,7 +73,7 @@ class VggStep(StepImpl):
     def launch(self, y, x, w, b, shape: ConvPoolShape, params: dict, stream=None) -> None:
         grid, block, smem = self.geometry(shape, params)
         kernel = self.kernel(self.kernel_names[0], params, shape)
-        if smem > 48 * 1024:  # beyond the default, a block must opt in to more shared memory
+        if smem > limits.H100.static_smem_per_block:  # beyond the default, a block must opt in to more shared memory
             kernel.max_dynamic_shared_size_bytes = smem
         kernel(grid, block, _args(y, x, w, b, shape, self.runtime_k), shared_mem=smem, stream=stream)
 
@@ -341,7 +341,7 @@ class TensorCoreStep(TiledStep):
         self.kernel("tc_pack_weights", params, shape)(gw, pb, (wp, w, C, M, cp_, mp), stream=stream)
         self.kernel("tc_pack_input", params, shape)(gx, pb, (xp, x, B, C, H, W, cp_, hpd, wpd), stream=stream)
         kernel = self.kernel(self.kernel_names[0], params, shape)
-        if smem > 48 * 1024:
+        if smem > limits.H100.static_smem_per_block:
             kernel.max_dynamic_shared_size_bytes = smem
         kernel(grid, block, (y, xp, wp, b, B, cp_, H, W, M, mp, hpd, wpd), shared_mem=smem, stream=stream)
 
