@@ -73,7 +73,7 @@ class Chapter(session_mod.RecordingView):
     def compiler(self):
         from .evidence import compiler
 
-        return compiler.table(compiler.for_chapter(self))
+        return compiler.table(compiler.for_chapter(self), self)
 
     def correctness(self):
         from .report import check_table

@@ -88,13 +88,26 @@ def for_chapter(chapter) -> session_mod.Recording:
                                 required=False, compare={})
 
 
-def table(found: session_mod.Recording):
+def launched(chapter, records: list[dict]) -> list[dict]:
+    """Only the kernels the chapter's step launches for each case (a recording made before this
+    filter existed may hold the never-launched stubs of other paths)."""
+    impl = chapter.study.impl(chapter.variant)
+    case_params = chapter.case_params()
+    keep = {}
+    for case in chapter.study.cases:
+        names = impl.kernels_for(impl.params(**case_params.get(case, {})), chapter.study.problem(case, 1))
+        keep[case] = None if names is None else set(names)
+    return [r for r in records if keep.get(r["layer"]) is None or r.get("kernel") in keep[r["layer"]]]
+
+
+def table(found: session_mod.Recording, chapter=None):
     """Registers, shared memory and spills, then the SASS mix, per kernel and case."""
     import pandas as pd
 
     from ..report import message_table, styled
 
-    frame = pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in found.records])
+    records = launched(chapter, found.records) if chapter is not None else found.records
+    frame = pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in records])
     if not found.found or frame.empty:
         return message_table("no kernels", "No compiler evidence was recorded for this step.")
     wide = frame.pivot_table(index=["kernel", "layer"], columns="metric", values="value", aggfunc="first")
