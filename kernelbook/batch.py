@@ -254,6 +254,8 @@ def run_batch(
         if run_id and given_id != run_id:
             raise BatchError(f"run_id={run_id!r} and -p run_id={given_id!r} disagree.", "pass the run id once.")
         run_id = given_id
+    if mode == "auto" and os.environ.get("KERNELBOOK_MODE"):  # the notebooks honour it: so does the batch
+        mode = os.environ["KERNELBOOK_MODE"]
     if mode not in MODES:
         raise BatchError(f"mode={mode!r} is not one of {', '.join(MODES)}.", "pass --mode auto, measure or replay.")
     given_run_id = bool(run_id)
@@ -275,7 +277,6 @@ def run_batch(
         run_id=run_id, mode=mode, parameters=parameters, out_dir=_relative(out_dir),
         started_utc=results.utc_now(),
     )
-    report.earlier = _earlier(out_dir)
     batch_json = out_dir / "batch.json"
     # Notebooks that will replay write nothing, so a generated run id is not passed to them: a
     # reader of a replayed page must not see the id of a run that was never recorded.
@@ -301,6 +302,7 @@ def run_batch(
         out_dir.mkdir(parents=True, exist_ok=True)
         lock = _batch_lock(out_dir).__enter__()
         try:
+            report.earlier = _earlier(out_dir)  # read under the lock: no batch finishes in between
             _execute_all(prepared, report, batch_json, injected, kernel_name, progress_bar, measuring, tmp, log)
         finally:
             lock.__exit__()
@@ -396,47 +398,68 @@ def _earlier(out_dir: Path) -> list[NotebookResult]:
         return []
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class _batch_lock:
-    """One batch at a time per output folder: a second one is refused with the first one's start."""
+    """One batch at a time per output folder: an advisory ``flock`` on ``<out>/.batch.lock``.
+
+    The operating system releases the lock when its process ends, however it ends, so a killed
+    batch never leaves a stale lock; the file only says who holds it and since when. A second
+    batch (or a build, ``held_by``) is refused with that.
+    """
 
     def __init__(self, out_dir: Path):
         self.path = Path(out_dir) / LOCK_NAME
+        self.handle = None
 
     def __enter__(self):
-        payload = json.dumps({"pid": os.getpid(), "since": results.utc_now()}).encode()
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                try:
-                    held = json.loads(self.path.read_text(encoding="utf-8"))
-                except (OSError, ValueError):
-                    held = {}
-                if held.get("pid") and _pid_alive(int(held["pid"])):
-                    raise BatchError(
-                        f"Another batch (process {held['pid']}) is running since {held.get('since', '?')} and writes "
-                        f"to {self.path.parent}.",
-                        "wait for it to finish, or use --out DIR to execute into another folder.") from None
-                self.path.unlink(missing_ok=True)  # left by a killed batch
-                continue
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(payload)
-            return self
-        raise BatchError(f"Cannot take the batch lock {self.path}.", f"remove {self.path} if no batch is running.")
+        import fcntl
+
+        handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until __exit__
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            held = _lock_info(handle.read())
+            handle.close()
+            raise BatchError(
+                f"Another batch (process {held.get('pid', '?')}) is running since {held.get('since', '?')} and writes "
+                f"to {self.path.parent}.",
+                "wait for it to finish, or use --out DIR to execute into another folder.") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "since": results.utc_now()}))
+        handle.flush()
+        self.handle = handle
+        return self
 
     def __exit__(self, *exc):
-        self.path.unlink(missing_ok=True)
+        if self.handle is not None:
+            self.handle.close()  # releases the lock; the file stays, harmless
+            self.handle = None
         return False
+
+
+def _lock_info(text: str) -> dict:
+    try:
+        info = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def held_by(out_dir: Path) -> dict | None:
+    """Who holds the batch lock of ``out_dir`` ({"pid", "since"}), or None when no batch runs."""
+    import fcntl
+
+    path = Path(out_dir) / LOCK_NAME
+    if not path.is_file():
+        return None
+    with open(path, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            return _lock_info(handle.read()) or {"pid": "?", "since": "?"}
+        return None
 
 
 def read_report(out_dir: Path | None = None) -> dict:

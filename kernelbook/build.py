@@ -95,6 +95,12 @@ def stage_book(
             "keep book/ next to _toc.yml.",
         ) from None
 
+    from .batch import held_by
+
+    running = held_by(executed_dir)
+    if running:
+        raise BuildError(f"A batch (process {running.get('pid')}) is writing to {executed_dir} since "
+                         f"{running.get('since')}.", "wait for it to finish, then build.")
     notebooks = book_notebooks(toc)
     names = [notebook_name(nb, book_root) for nb in notebooks]
     executed = {name: executed_dir / f"{name}.ipynb" for name in names}

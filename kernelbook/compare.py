@@ -67,7 +67,10 @@ def _numbers(run: results.Run, study: str | None) -> dict:
             if study and record["study"] != study:
                 continue
             if isinstance(record.get("value"), (int, float)) and not isinstance(record["value"], bool):
-                found.setdefault(tuple(record.get(k) for k in KEY), record)
+                # Several records can share (step, case, size, metric): a grid's configurations, a
+                # build's kernels, a sanitizer's tools. What tells them apart is part of the key.
+                detail = "/".join(str(record[k]) for k in ("config_label", "kernel", "tool") if record.get(k))
+                found.setdefault(tuple(record.get(k) for k in KEY) + (name, detail), record)
     return found
 
 
@@ -87,7 +90,8 @@ def compare_runs(run_a: str, run_b: str, study: str | None = None) -> tuple[list
 
 
 def render(header: list[str], rows: list[Row], fmt: str = "md") -> str:
-    columns = ["study", "step", "case", "size", "metric", "A", "B", "B/A", "spread A", "spread B", "verdict"]
+    columns = ["study", "step", "case", "size", "metric", "part", "detail", "A", "B", "B/A", "spread A", "spread B",
+               "verdict"]
     body = []
     for r in rows:
         ratio = "–" if r.ratio is None else f"{r.ratio:.3f}"

@@ -304,7 +304,9 @@ def list_runs(root: Path | None = None, strict: bool = False) -> list[Run]:
             if strict:
                 raise
             warnings.warn(f"skipping run {path.name}: {exc}", StoreWarning, stacklevel=2)
-    return runs
+    # Oldest first by the manifest's creation time (seconds), then by id: two runs of one minute
+    # share the id's time stamp, and their random suffixes say nothing about their order.
+    return sorted(runs, key=lambda run: (str(run.created_utc), run.run_id))
 
 
 class StoreWarning(UserWarning):
@@ -346,8 +348,12 @@ def run_with(part_name: str, prefer_run: str | None = None, root: Path | None = 
     if prefer_run and RUN_ID_PATTERN.match(prefer_run):
         folder = (Path(root) if root else paths.results_dir()) / prefer_run
         if folder.is_dir():  # e.g. the id a replayed batch was given: nothing was written under it
-            run = load_run(prefer_run, root)
-            if readable_part(run, part_name) is not None:
+            try:
+                run = load_run(prefer_run, root)
+            except ResultsError as exc:  # a damaged run never hides the good ones
+                warnings.warn(f"skipping run {prefer_run}: {exc}", StoreWarning, stacklevel=2)
+                run = None
+            if run is not None and readable_part(run, part_name) is not None:
                 return run
     runs = runs_with(part_name, root)
     return runs[-1] if runs else None

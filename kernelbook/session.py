@@ -5,7 +5,8 @@ the device ceilings, a vendor library and the sanitizer all get their numbers. I
 shape, a ``Recording``: the records, the checks, the extra data, the parameters they were made
 with and the ``Session`` that says *measured now* or *replayed*, with device, date, commit and
 run. A replayed number is never presented as fresh, and a value the reader asked for that the
-recording does not hold is never dropped in silence: it is listed in ``mismatches`` and shown.
+recording holds with another value is never dropped in silence: it is listed in ``mismatches``
+and shown.
 """
 
 from __future__ import annotations
@@ -174,7 +175,8 @@ def _normal(value):
 
 
 def mismatches(requested: dict, recorded: dict) -> list[tuple[str, object, object]]:
-    """(name, requested, recorded) for every parameter both name with different values."""
+    """(name, requested, recorded) for every requested parameter the recording holds with another
+    value. (A parameter a recording predates cannot be compared; it is not reported.)"""
     found = []
     for name, want in requested.items():
         if name in recorded and _normal(want) != _normal(recorded[name]):

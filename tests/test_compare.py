@@ -60,3 +60,12 @@ def test_the_recorded_runs_compare(results_root):
     header, rows = compare_runs("20261122T0559Z-9192d2", "20261122T1134Z-0a1b70", study="lenet")
     assert len(rows) > 20 and "different devices" not in " ".join(header)
     assert {r.verdict for r in rows} <= {"same", "faster", "slower", "better", "worse", "higher", "lower"}
+
+
+def test_records_that_share_a_metric_stay_apart(results_root):
+    run = results.create_run({"device": DEVICE, "commit": "c", "host": "h"}, run_id="20260101T0000Z-aaaaaa")
+    run.write_part("lenet-sanitizer", "lenet", [
+        results.record("lenet", "tiled", "C1", 4, "sanitizer_errors", 0, tool="memcheck"),
+        results.record("lenet", "tiled", "C1", 4, "sanitizer_errors", 0, tool="racecheck")])
+    header, rows = compare_runs(run.run_id, run.run_id)
+    assert sorted(r.key[-1] for r in rows) == ["memcheck", "racecheck"]

@@ -14,7 +14,7 @@ import warnings
 
 import pytest
 
-from kernelbook import cli, gpu, limits, paths, results, session
+from kernelbook import cli, gpu, limits, paths, results
 from kernelbook.batch import LOCK_NAME, BatchError, run_batch
 from kernelbook.chapter import run_chapter
 from kernelbook.errors import GPUUnavailable, LaunchLimitError, ParameterError, ResultsError
@@ -139,22 +139,32 @@ def test_leftovers_of_killed_writes_are_ignored_and_files_are_world_readable(res
     assert sum("interrupted write" in p for p in results.check_store()) == 2
 
 
-def test_a_second_batch_is_refused_while_one_runs_and_a_stale_lock_is_taken_over(tmp_path, no_gpu):
+def test_a_second_batch_is_refused_while_one_runs_and_a_dead_one_leaves_no_lock(tmp_path, no_gpu):
     from tinybook import make_book
+
+    from kernelbook.batch import _batch_lock, held_by
+    from kernelbook.build import BuildError, stage_book
 
     book = make_book(tmp_path / "tiny", with_bad=False)
     out = tmp_path / "out"
     out.mkdir()
-    (out / LOCK_NAME).write_text(json.dumps({"pid": os.getpid(), "since": "2026-11-22T10:00:00Z"}))
-    with pytest.raises(BatchError) as info:
-        run_batch(toc=book / "_toc.yml", book_root=book / "book", out_dir=out, mode="replay", progress_bar=False,
-                  log=lambda line: None)
-    assert "since 2026-11-22T10:00:00Z" in info.value.message and "--out" in info.value.fix
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (out / LOCK_NAME).write_text(json.dumps({"pid": int(dead.stdout), "since": "earlier"}))
-    report = run_batch(toc=book / "_toc.yml", book_root=book / "book", out_dir=out, mode="replay",
-                       progress_bar=False, log=lambda line: None)
-    assert report.ok and not (out / LOCK_NAME).exists()
+    batch = dict(toc=book / "_toc.yml", book_root=book / "book", out_dir=out, mode="replay", progress_bar=False,
+                 log=lambda line: None)
+    with _batch_lock(out):  # as if a batch were running in another process
+        assert held_by(out)["pid"] == os.getpid()
+        with pytest.raises(BatchError) as info:
+            run_batch(**batch)
+        assert f"process {os.getpid()}" in info.value.message and "--out" in info.value.fix
+        with pytest.raises(BuildError, match="is writing to"):
+            stage_book(out, tmp_path / "stage", toc=book / "_toc.yml", config=book / "_config.yml",
+                       book_root=book / "book")
+    # A batch process killed while holding the lock leaves the file but no lock.
+    killed = subprocess.run([sys.executable, "-c", f"import os, sys; sys.path.insert(0, {str(paths.REPO_ROOT)!r}); "
+                             f"from kernelbook.batch import _batch_lock; _batch_lock({str(out)!r}).__enter__(); "
+                             "os.kill(os.getpid(), 9)"], capture_output=True)
+    assert killed.returncode != 0 and (out / LOCK_NAME).exists() and held_by(out) is None
+    report = run_batch(**batch)
+    assert report.ok and held_by(out) is None
 
 
 # ----------------------------------------------------------------------------- refuse early
@@ -313,3 +323,13 @@ def test_a_newer_partial_sanitizer_run_never_hides_the_older_checks(results_root
     write("20260102T0000Z-bbbbbb", ["tiled"])
     html = sanitizer.sanitizer_table(STUDY).to_html()
     assert "baseline" in html and "20260101T0000Z-aaaaaa" in html and "20260102T0000Z-bbbbbb" in html
+
+
+def test_a_sanitizer_check_that_did_not_run_its_target_is_no_pass(results_root):
+    from kernelbook.evidence import sanitizer
+
+    run = results.create_run({"device": DEVICE, "commit": "c", "host": "h"})
+    refused = sanitizer.sanitizer_record(STUDY, "memcheck", "tiled", "C1", 4, {"errors": 0, "rc": 2, "passed": False})
+    run.write_part(sanitizer.part(STUDY), "lenet", [refused], parameters={"batch": 4})
+    html = sanitizer.sanitizer_table(STUDY).to_html()
+    assert "FAIL (exit status 2)" in html and "pass" not in html

@@ -88,6 +88,7 @@ def make_book(root: Path, *, with_bad: bool = True, real_config: bool = True) ->
     (root / "_toc.yml").write_text(toc)
     if real_config:  # the repository's own configuration: a strict build proves it is sound
         shutil.copy(REPO_ROOT / "_config.yml", root / "_config.yml")
+        shutil.copytree(REPO_ROOT / "book" / "_static", root / "book" / "_static", dirs_exist_ok=True)
     else:
         (root / "_config.yml").write_text('title: Tiny\nexecute:\n  execute_notebooks: "off"\n')
     return root

@@ -80,8 +80,12 @@ def for_chapter(chapter) -> session_mod.Recording:
     def measure() -> session_mod.Measurement:
         return session_mod.Measurement(collect(study, chapter.variant, case_params))
 
+    def available() -> tuple[bool, str]:
+        return (True, "") if shutil.which("nvcc") or shutil.which("nvcc", path="/usr/local/cuda/bin") else (
+            False, "nvcc is not installed here, so the compiler report shows the recording")
+
     mode = "measure" if chapter.session.measuring else "replay"
-    return session_mod.recorded(study.part(chapter.variant, "compiler"), study.name, measure,
+    return session_mod.recorded(study.part(chapter.variant, "compiler"), study.name, measure, available=available,
                                 parameters={study.case_params_name: chapter.parameters.get(study.case_params_name) or {},
                                             "sass": cuobjdump_path() is not None},
                                 mode=mode, run_id=run.run_id if mode == "measure" else None, prefer_run=run.run_id,

@@ -67,8 +67,10 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
             op = record_value(records, metric, case, at) if records is not None else None
             math = step_math(chapter, case) if chapter is not None else vendor_math(variant)
             floor = floor_ms(problem, ceilings, math)
+            failed = chapter is not None and not chapter.correct
             row = {study.case_header: case, "Step": variant, "Unit": math,
-                   "Time": format_ms(op) if op is not None else (NOT_RECORDED if records is None else "–"),
+                   "Time": format_ms(op) if op is not None else ("FAILED check" if failed else
+                                                                  NOT_RECORDED if records is None else "–"),
                    study.rate_unit: f"{problem.flops / (op / 1e3) / 1e9:,.0f}" if op else "–",
                    "FP32 floor": format_ms(fp32_floor) if fp32_floor else "–",
                    "Floor of its unit": format_ms(floor) if floor else "–",

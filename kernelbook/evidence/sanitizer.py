@@ -96,8 +96,10 @@ def sanitizer_table(study, prefer_run: str | None = None):
     for (variant, layer, tool), (r, run_id) in sorted(newest.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):
         row = rows.setdefault((variant, layer), {"Step": variant, study.case_header: layer})
         value = r["value"]
-        row[tool] = ("did not run" if value is None else ("pass (0 errors)" if value == 0 else f"FAIL ({int(value)} errors)"))
-        row["Run"] = run_id
+        row[tool] = ("did not run" if value is None else
+                     "pass (0 errors)" if value == 0 and r.get("passed", True) else
+                     f"FAIL (exit status {r.get('rc')})" if value == 0 else f"FAIL ({int(value)} errors)")
+        row[f"{tool} run"] = run_id
     used = sorted({run_id for _, run_id in newest.values()})
     return styled(pd.DataFrame(list(rows.values())),
                   f"compute-sanitizer over every kernel, one small launch per case; each row from its newest run "
