@@ -144,6 +144,11 @@ class Study:
         """Sentences that judge a chapter from its own records (the study's own view)."""
         return []
 
+    def targets(self) -> list[dict]:
+        """The study's speed targets: ``{"what", "case", "limit_ms", "steps", "vendor"}`` each, where
+        ``steps`` are the steps that count for it and ``vendor`` the library variant to beat."""
+        return []
+
     def reported_best(self):
         """The write-ups' best reported result beside this book's best, as a DataFrame (or None)."""
         return None

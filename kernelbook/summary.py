@@ -125,3 +125,46 @@ def reported_best(study):
                                          "between steps); see its chapters."]}), "Reported by the write-ups")
     return styled(frame, "The write-ups' best reported results (their GPUs; not measured here) beside this book's "
                          "fastest step at the same size.")
+
+
+def evaluate_targets(study) -> list[dict]:
+    """Each of the study's targets against its fastest eligible recorded step (and the library)."""
+    found_vendor = vendor(study, "replay")
+    out = []
+    for target in study.targets():
+        best = None
+        for slug in target["steps"]:
+            chapter = load_recorded(study, slug)
+            rec = (find_record(chapter.records, study.time_metric, target["case"])
+                   if chapter is not None and chapter.correct else None)
+            if rec is not None and (best is None or rec["value"] < best[1]):
+                best = (slug, rec["value"], chapter.session.run.run_id)
+        ref = (find_record([r for r in found_vendor.records if r["variant"] == target["vendor"]], study.time_metric,
+                           target["case"]) if target.get("vendor") else None)
+        out.append({**target, "best": best, "vendor_ms": ref["value"] if ref else None})
+    return out
+
+
+def target_lines(study) -> list[str]:
+    lines = []
+    for t in evaluate_targets(study):
+        if t["best"] is None:
+            lines.append(f"{t['what']} (≤ {format_ms(t['limit_ms'])}): no eligible step is recorded.")
+            continue
+        slug, ms, run_id = t["best"]
+        verdict = ("met" if ms <= t["limit_ms"] else
+                   f"missed by {format_ms(ms - t['limit_ms'])} ({ms / t['limit_ms']:.2f}× the target)")
+        line = f"{t['what']} (≤ {format_ms(t['limit_ms'])}): the fastest such step, {slug}, takes {format_ms(ms)}: {verdict}"
+        if t["vendor_ms"] is not None:
+            ahead = ms < t["vendor_ms"]
+            line += (f"; {t['vendor']} takes {format_ms(t['vendor_ms'])}, so the step is "
+                     f"{'ahead of' if ahead else 'behind'} it")
+        lines.append(line + f" (run {run_id}).")
+    return lines
+
+
+def targets(study):
+    from IPython.display import Markdown
+
+    lines = target_lines(study)
+    return Markdown("\n".join(f"- {line}" for line in lines) if lines else "*This study sets no targets.*")

@@ -88,6 +88,22 @@ class MlpStudy(Study):
     def reported_frame(self, step: str):
         return self.reported_csv(step)
 
+    def targets(self) -> list[dict]:
+        cuda_fp32 = ["baseline", "fused-global", "fused-shared", "whole-net-shared", "shared-and-registers",
+                     "last-layer-coop", "whole-net-registers"]
+        half = ["half-precision", "reduced-bank-conflicts", "coalesced-weights", "inputs-load-hiding",
+                "better-occupancy", "best", "tensor-core-fp16"]
+        return [
+            {"what": "100x100, FP32 on CUDA cores", "case": "100x100", "limit_ms": 0.70, "steps": cuda_fp32,
+             "vendor": "pytorch-fp32"},
+            {"what": "100x100, FP32-accurate on tensor cores", "case": "100x100", "limit_ms": 0.30,
+             "steps": ["tensor-core-3xtf32", "final"], "vendor": "pytorch-fp32"},
+            {"what": "100x100, FP16 within the 0.15 threshold", "case": "100x100", "limit_ms": 0.25, "steps": half,
+             "vendor": "pytorch-fp16"},
+            {"what": "5x5, per inference (CUDA-graph replays)", "case": "5x5", "limit_ms": 0.006,
+             "steps": self.steps.slugs(), "vendor": None},
+        ]
+
     def reported_best(self):
         import pandas as pd
 
@@ -133,6 +149,10 @@ class MlpStudy(Study):
         if not chapter.correct:
             return ["The step failed its correctness check; nothing was timed."]
         lines = []
+        if chapter.variant == self.steps.steps[-1].slug:  # the final chapter judges the study's targets
+            from ..summary import target_lines
+
+            lines += [f"Target: {line}" for line in target_lines(self)]
         measure = "scaled absolute difference against the CPU float32 result" if chapter.step.impl.precision == "fp16" \
             else "relative L2 error against float64"
         worst = max((c.get("measured") or 0.0 for c in chapter.checks), default=0.0)

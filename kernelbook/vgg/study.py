@@ -79,6 +79,16 @@ class VggStudy(Study):
     def reported_frame(self, step: str):
         return self.reported_csv(step)
 
+    def targets(self) -> list[dict]:
+        cuda_fp32 = ["baseline", "weights-shared", "inputs-shared", "weights-registers", "weights-on-the-fly",
+                     "two-phase-weights", "register-tiled", "winograd"]
+        return [
+            {"what": "FP32 on CUDA cores", "case": "B1", "limit_ms": 3.0, "steps": cuda_fp32, "vendor": "cudnn-fp32"},
+            {"what": "FP32-accurate on tensor cores", "case": "B1", "limit_ms": 1.5, "steps": ["3xtf32"],
+             "vendor": "cudnn-fp32"},
+            {"what": "TF32 on tensor cores", "case": "B1", "limit_ms": 0.5, "steps": ["tf32"], "vendor": "cudnn-tf32"},
+        ]
+
     def reported(self, step: str):
         import pandas as pd
 
@@ -100,6 +110,10 @@ class VggStudy(Study):
         if not chapter.correct:
             return ["The step failed its correctness check; nothing was timed."]
         lines = []
+        if chapter.variant == self.steps.steps[-1].slug:  # the final chapter judges the study's targets
+            from ..summary import target_lines
+
+            lines += [f"Target: {line}" for line in target_lines(self)]
         worst = max((c.get("measured") or 0.0 for c in chapter.checks), default=0.0)
         lines.append(f"Accuracy: the worst relative L2 error against float64 over {len(chapter.checks)} checks is "
                      f"{worst:.2e} (limit {chapter.step.impl.tolerance:g}).")
