@@ -168,3 +168,19 @@ def targets(study):
 
     lines = target_lines(study)
     return Markdown("\n".join(f"- {line}" for line in lines) if lines else "*This study sets no targets.*")
+
+
+def banner(*studies):
+    """The page's provenance: this page measures nothing; the runs it reads, with device, date, commit."""
+    from IPython.display import Markdown
+
+    runs: dict = {}
+    for study in studies:
+        for slug in study.steps.slugs():
+            chapter = load_recorded(study, slug)
+            if chapter is not None:
+                runs[chapter.session.run.run_id] = chapter.session.run
+    lines = [f"`{r.run_id}`: {r.device}, {r.created_utc.replace('T', ' ').replace('Z', ' UTC')}, commit `{r.commit}`"
+             for r in sorted(runs.values(), key=lambda r: r.run_id)]
+    return Markdown("> **Replayed** (this page measures nothing): every number below comes from these recorded "
+                    "runs, named in each caption:\n>\n" + "\n".join(f"> - {line}" for line in lines))
