@@ -65,10 +65,9 @@ def step_deltas(steps: dict):
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:  # one legend for the figure, below the plots: it never covers a bar
         fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(labels), bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle(f"{current.variant} against the baseline and the previous step")
-    fig.text(0.01, 0.045, current.recording.short_label, fontsize=7,
-             color="0.35" if current.session.measuring else "#D55E00")
-    fig.tight_layout(rect=(0, 0.07, 1, 0.97))
+    fig.suptitle(f"{current.variant} against the baseline and the previous step\n{current.recording.short_label}",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     return fig
 
 

@@ -173,7 +173,7 @@ def check_frame(chapter) -> pd.DataFrame:
             "Shape": shape,
             "Error measure": measure,
             "Error": "–" if value is None else f"{value:.2e}",
-            "Tolerance": "–" if c.get("tolerance") is None else f"{c['tolerance']:.0e}",
+            "Tolerance": "–" if c.get("tolerance") is None else f"{c['tolerance']:g}",
             "Unwritten": "–" if c.get("unwritten") is None else c["unwritten"],
             "Result": "pass" if c["passed"] else f"FAIL {c.get('error') or ''}".strip(),
         })

@@ -48,6 +48,7 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
             ceilings = ceilings_for(chapter.session.run.run_id)
             floor = floor_ms(problem, ceilings, step_math(chapter, case))
             row = {study.case_header: case, "Size": f"{size:,}", "Step": f"{chapter.step.number:02d} {slug}",
+                   "Unit": step_math(chapter, case),
                    "Time": format_ms(mine["value"]),
                    "Speed-up vs baseline": f"{theirs['value'] / mine['value']:.1f}×" if theirs else "–",
                    "% of its floor": f"{floor / mine['value'] * 100:.1f} %" if floor else "–"}

@@ -486,6 +486,7 @@ def test_roofline_builds_from_fabricated_records(results_root, no_gpu):
     numbers = dict(zip(frame["variant"], frame["number"]))
     annotations = [c.get_text() for c in ax.texts]
     assert str(numbers["tiled"]) in annotations and str(numbers["cudnn-tf32"]) in annotations
+    assert numbers["tiled"] == "03" and numbers["cudnn"] == "V1"  # chapter numbers; the library's are V1, V2
     assert f"{numbers['tiled']} tiled" in labels  # the legend names each number once
     assert "tiled" in roofline.point_table(frame).to_html()
 

@@ -98,7 +98,11 @@ def launched(chapter, records: list[dict]) -> list[dict]:
     impl = chapter.study.impl(chapter.variant)
     case_params = chapter.case_params()
     keep = {}
-    for case in chapter.study.cases:
+    cases = chapter.study.cases
+    if chapter.study.rows == "cases":  # only the cases the chapter timed
+        cases = [c for c in cases if c in (chapter.parameters.get(chapter.study.size_name) or cases)]
+        records = [r for r in records if r["layer"] in cases]
+    for case in cases:
         names = impl.kernels_for(impl.params(**case_params.get(case, {})), chapter.study.problem(case, 1))
         keep[case] = None if names is None else set(names)
     return [r for r in records if keep.get(r["layer"]) is None or r.get("kernel") in keep[r["layer"]]]

@@ -61,6 +61,8 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
         entries.append((v, [r for r in vendor_records if r["variant"] == v], "vendor library", None))
     rows = []
     for case in study.cases:
+        if not any(record_value(records, metric, case, at) is not None for _, records, _, _ in entries if records):
+            continue  # nothing was timed for this case: no rows of dashes
         problem = study.problem(case, None if size is None else size)
         fp32_floor = floor_ms(problem, ceilings)
         for variant, records, where, chapter in entries:

@@ -43,11 +43,11 @@ def points_from(study, chapters: dict, ncu: dict, vendor_records: list[dict] | N
     batch = size or (None if study.rows == "cases" else study.profile_size)
     at = ANY_BATCH if batch is None else batch
     rows = []
-    sources = [(v, ch.records, ch.recording.short_label, not ch.session.measuring, ch.session.run.run_id)
-               for v, ch in chapters.items() if ch is not None and ch.correct]
-    for v in dict.fromkeys(r["variant"] for r in (vendor_records or [])):
-        sources.append((v, [r for r in vendor_records if r["variant"] == v], vendor_label, True, vendor_run_id))
-    for number, (variant, records, provenance, replayed, run_id) in enumerate(sources, start=1):
+    sources = [(f"{ch.step.number:02d}", v, ch.records, ch.recording.short_label, not ch.session.measuring,
+                ch.session.run.run_id) for v, ch in chapters.items() if ch is not None and ch.correct]
+    for i, v in enumerate(dict.fromkeys(r["variant"] for r in (vendor_records or [])), start=1):
+        sources.append((f"V{i}", v, [r for r in vendor_records if r["variant"] == v], vendor_label, True, vendor_run_id))
+    for number, variant, records, provenance, replayed, run_id in sources:
         for layer in study.cases:
             found = [r for r in records if r["metric"] == study.time_metric and r["layer"] == layer
                      and (at is ANY_BATCH or r["batch"] == at)]
@@ -117,7 +117,7 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
                        facecolors="none" if hollow else color, edgecolors=color, linewidths=1.6, zorder=3)
             ax.annotate(str(p["number"]), (p["intensity"], p["gflops"]), textcoords="offset points",
                         xytext=(4, 3 + 7 * (cases.index(p["layer"]) % 2)), fontsize=8, color=color)
-        ax.scatter([], [], marker="o", color=color, label=f"{int(have[have['variant'] == variant]['number'].iloc[0])} {variant}")
+        ax.scatter([], [], marker="o", color=color, label=f"{have[have['variant'] == variant]['number'].iloc[0]} {variant}")
     for j, case in enumerate(cases):
         ax.scatter([], [], marker=MARKERS[j % len(MARKERS)], facecolors="0.3", edgecolors="0.3", label=f"case {case}")
     ax.scatter([], [], marker="o", facecolors="none", edgecolors="0.3",

@@ -31,6 +31,7 @@ DEFAULT_WEIGHTS = "data/models/lenet86.bin"
 GOAL_MS = 1.0            # the study's goal: Op Time 1 + Op Time 2 at GOAL_BATCH images
 GOAL_BATCH = 10000
 GOAL_VS_CUDNN = 13.0     # ... and at least this many times faster than cuDNN FP32 in the same run
+GOAL_STEPS = ("specialised", "hopper-final")  # the steps built to reach the goal
 
 
 class LeNetStudy(Study):

@@ -39,7 +39,7 @@ class VggStudy(Study):
 
     def columns(self) -> list[Column]:
         return [Column("time [ms]", "op_time_ms", None, kind="ms"),
-                Column("GFLOP/s", "gflops", None, kind="rate"),
+                Column("GFLOP/s (direct-convolution FLOPs)", "gflops", None, kind="rate"),
                 Column("speed-up relative to baseline", "op_time_ms", None, kind="speedup_vs_baseline")]
 
     def size_of(self, case: str, size: int) -> int:
@@ -118,6 +118,20 @@ class VggStudy(Study):
         lines.append(f"Accuracy: the worst relative L2 error against float64 over {len(chapter.checks)} checks is "
                      f"{worst:.2e} (limit {chapter.step.impl.tolerance:g}).")
         mine = find_record(chapter.records, "gflops", "B1")
+        op = find_record(chapter.records, "op_time_ms", "B1")
+        from ..evidence.vendor import vendor
+        from ..report import format_ms
+
+        found = vendor(self, "replay", prefer_run=chapter.session.run.run_id)
+        if op is not None and found.found:
+            others = []
+            for variant in dict.fromkeys(r["variant"] for r in found.records):
+                ref = find_record([r for r in found.records if r["variant"] == variant], "op_time_ms", "B1")
+                if ref is not None:
+                    ratio = ref["value"] / op["value"]
+                    others.append(f"{variant} {format_ms(ref['value'])} "
+                                  f"({f'{ratio:.2f}× slower than this step' if ratio >= 1 else f'{1 / ratio:.2f}× faster than this step'})")
+            lines.append(f"The library, timed in run {found.session.run.run_id}: " + "; ".join(others) + ".")
         previous = chapter.study.steps.previous(chapter.variant)
         for _, row in self.reported_frame(chapter.variant).iterrows():
             before = load_recorded(self, previous.slug, prefer_run=chapter.session.run.run_id) if previous else None
