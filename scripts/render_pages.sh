@@ -10,7 +10,7 @@ out=_build/screens
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 [ -n "$browser" ] || { echo "headless Chromium is needed: apt-get install chromium" >&2; exit 2; }
 mkdir -p "$out"
-pages="intro book/lenet/00_baseline book/lenet/15_hopper_final book/lenet/90_profiles book/mlp/15_final book/mlp/90_profiles book/vgg/09_winograd book/vgg/90_profiles book/summary"
+pages="book/intro book/lenet/00_baseline book/lenet/15_hopper_final book/lenet/90_profiles book/mlp/15_final book/mlp/90_profiles book/vgg/09_winograd book/vgg/90_profiles book/summary"
 for page in $pages; do
   for width in 1280 400; do
     name=$(echo "$page" | tr '/' '_')-$width.png
