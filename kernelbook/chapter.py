@@ -168,13 +168,8 @@ def load_recorded(study: Study, step: str, prefer_run: str | None = None) -> Cha
     """A step's recorded chapter for comparisons: from ``prefer_run`` when it holds the step (so a
     batch compares like with like), else the newest run that does; None when none does."""
     entry = study.steps.get(step)
-    recording = session_mod.recorded(study.part(entry.slug), study.name, _never, parameters={}, mode="replay",
-                                     prefer_run=prefer_run, required=False)
+    recording = session_mod.replayed(study.part(entry.slug), study.name, prefer_run)
     if not recording.found:
         return None
     recording.session.reason = "recorded earlier, shown for comparison"
     return Chapter(study, entry, recording)
-
-
-def _never() -> session_mod.Measurement:  # replay-only lookups never measure
-    raise AssertionError("a replay-only lookup tried to measure")

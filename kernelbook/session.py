@@ -253,6 +253,16 @@ def recorded(part: str, study: str, measure: Callable[[], Measurement], *, param
                      stored.get("extra") or {}, stored.get("parameters") or {}, f"{status} {shown}".strip(), found)
 
 
+def replayed(part: str, study: str, prefer_run: str | None = None) -> Recording:
+    """A part's recording, never measured: from ``prefer_run`` when it holds the part, else the
+    newest run that does (an empty Recording when none does). For pages that show what other
+    steps or tools recorded beside their own."""
+    def never() -> Measurement:
+        raise AssertionError(f"a replay-only lookup of {part} tried to measure")
+
+    return recorded(part, study, never, parameters={}, mode="replay", prefer_run=prefer_run, required=False)
+
+
 def start(part: str, mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
           parameters: dict | None = None) -> Session:
     """The session a notebook would have for ``part`` (the run it writes or the one it reads)."""

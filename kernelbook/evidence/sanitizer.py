@@ -106,6 +106,3 @@ def sanitizer_table(study, prefer_run: str | None = None):
                   f"compute-sanitizer over every kernel, one small launch per case; each row from its newest run "
                   f"(runs {', '.join(used)}; {runs[-1].device}).")
 
-
-def _no_measure():
-    raise AssertionError("the sanitizer is recorded by scripts/sanitize.py")
