@@ -333,5 +333,3 @@ def ncu_overview(study, variants: Iterable[str] | None = None, prefer_run: str |
     missing = f" Not recorded yet: {', '.join(absent)}." if absent else ""
     return styled(pd.DataFrame(rows), f"Nsight Compute metrics of every profiled step (each from its newest "
                                        f"recording{' or run ' + prefer_run if prefer_run else ''}).{missing} {labels}")
-
-

@@ -105,4 +105,3 @@ def sanitizer_table(study, prefer_run: str | None = None):
     return styled(pd.DataFrame(list(rows.values())),
                   f"compute-sanitizer over every kernel, one small launch per case; each row from its newest run "
                   f"(runs {', '.join(used)}; {runs[-1].device}).")
-
