@@ -44,6 +44,17 @@ def available() -> bool:
     return availability()[0]
 
 
+def require(what: str) -> None:
+    """Refuse in plain words when no CUDA GPU can be used (never a raw driver error)."""
+    ok, why = availability()
+    if not ok:
+        from .errors import GPUUnavailable
+
+        raise GPUUnavailable(f"A CUDA GPU is needed for {what}, and there is none usable here ({why}).",
+                             "run it on a machine with an NVIDIA GPU and CuPy; the book itself replays recorded "
+                             "runs without one.")
+
+
 def device_info() -> dict:
     """What the manifest records about the current device (call only when one is available)."""
     import cupy as cp

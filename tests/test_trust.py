@@ -220,7 +220,7 @@ def test_public_calls_without_a_gpu_say_a_gpu_is_needed_in_plain_words(no_gpu):
 
     with pytest.raises(GPUUnavailable) as info:
         conv_forward(np.zeros((1, 1, 8, 8), np.float32), np.zeros((1, 1, 3, 3), np.float32))
-    assert "needs a CUDA GPU" in info.value.message and "Error" not in info.value.message
+    assert "CUDA GPU is needed for conv_forward" in info.value.message and "Error" not in info.value.message
     ok, why = gpu.availability()
     assert not ok and "Error" not in why and "cuda" not in why.lower().replace("cuda gpu", "")
 

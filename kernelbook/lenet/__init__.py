@@ -11,7 +11,7 @@ Public API::
 from __future__ import annotations
 
 from .. import gpu
-from ..errors import GPUUnavailable, ShapeError
+from ..errors import ShapeError
 from .problem import LAYERS, MAX_BATCH, ConvShape, check_batch, layer_shape
 from .steps import STEPS
 from .variants import ConvVariant
@@ -28,14 +28,6 @@ def variant_names() -> list[str]:
     return STEPS.slugs()
 
 
-def require_gpu(what: str = "This call") -> None:
-    """Refuse in plain words when no CUDA GPU can be used (never a raw driver error)."""
-    ok, why = gpu.availability()
-    if not ok:
-        raise GPUUnavailable(f"{what} needs a CUDA GPU, and there is none usable here ({why}).",
-                             "run it on a machine with an NVIDIA GPU; the book itself replays recorded runs without one.")
-
-
 def conv_forward(x, k, variant: str = "baseline", out=None, stream=None, **params):
     """Forward convolution of CuPy arrays x (B,C,H,W) and k (M,C,K,K) with one step's kernel.
 
@@ -44,7 +36,7 @@ def conv_forward(x, k, variant: str = "baseline", out=None, stream=None, **param
     """
     impl = get_variant(variant)
     merged = impl.params(**params)
-    require_gpu("conv_forward")
+    gpu.require("conv_forward")
     import cupy as cp
 
     for name, arr in (("x", x), ("k", k)):
@@ -66,4 +58,4 @@ def conv_forward(x, k, variant: str = "baseline", out=None, stream=None, **param
 from .study import STUDY  # noqa: E402  (the study object needs the functions above)
 
 __all__ = ["ConvShape", "ConvVariant", "LAYERS", "MAX_BATCH", "STEPS", "STUDY", "conv_forward", "get_variant",
-           "layer_shape", "variant_names", "check_batch", "require_gpu"]
+           "layer_shape", "variant_names", "check_batch"]

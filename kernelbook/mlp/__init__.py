@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import GPUUnavailable, ShapeError
+from ..errors import ShapeError
 from .data import check_weights, load_weights, make_signals, make_weights
 from .impls import PreparedWeights
 from .problem import CASES, LAYERS, MlpShape, check_columns
@@ -64,10 +64,7 @@ def check_call(step: str, x, weights, out=None, **params):
 def require_gpu() -> None:
     from .. import gpu
 
-    ok, why = gpu.availability()
-    if not ok:
-        raise GPUUnavailable(f"A CUDA GPU is needed to run the MLP kernels, and none can be used here ({why}).",
-                             "run on a machine with an NVIDIA GPU and CuPy installed, or replay a recorded run.")
+    gpu.require("the MLP kernels")
 
 
 def forward(x, weights, step: str = "baseline", out=None, stream=None, **params):

@@ -13,7 +13,7 @@ comparison in ``run.measure_vendor``).
 
 from __future__ import annotations
 
-from ..errors import GPUUnavailable, ShapeError
+from ..errors import ShapeError
 from .problem import CASES, ConvPoolShape, case
 from .steps import STEPS
 
@@ -25,10 +25,7 @@ __all__ = ["NAME", "STUDY", "STEPS", "CASES", "ConvPoolShape", "case", "forward"
 def require_gpu() -> None:
     from .. import gpu
 
-    ok, why = gpu.availability()
-    if not ok:
-        raise GPUUnavailable(f"A CUDA GPU is needed to run the VGG kernels, and none can be used here ({why}).",
-                             "run this on a machine with an NVIDIA GPU and CuPy, or replay recorded results.")
+    gpu.require("the VGG kernels")
 
 
 def check_arrays(x, w, b, out=None) -> ConvPoolShape:
