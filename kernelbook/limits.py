@@ -61,6 +61,11 @@ def current() -> DeviceLimits:
     )
 
 
+def ceil_div(a: int, b: int) -> int:
+    """Blocks of ``b`` needed to cover ``a`` items."""
+    return -(-a // b)
+
+
 def _dims(value, what: str) -> tuple[int, int, int]:
     dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
     dims = tuple(int(v) for v in dims) + (1,) * (3 - len(dims))

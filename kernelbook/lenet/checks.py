@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import CheckResult, all_passed, check_refusal, poisoned, run_check  # noqa: F401
+from ..checks import CheckResult, all_passed, poisoned, run_check  # noqa: F401  (all_passed: for study.py)
 from ..errors import KernelbookError
 from .problem import ConvShape, layer_shape
 

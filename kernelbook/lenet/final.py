@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from .. import limits
-from ..errors import LaunchLimitError, ParameterError, ShapeError
-from .gemm import MAX_THREADS, STATIC_SMEM_MAX, _check_gemm_indices, _check_smem, _choice_param, _int_param  # noqa: F401
-from .variants import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvVariant, ceil_div, int32  # noqa: F401
+from ..errors import LaunchLimitError, ParameterError
+from .gemm import STATIC_SMEM_MAX, _check_gemm_indices, _choice_param, _int_param
+from .variants import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
 
 
 # ----------------------------------------------------------------------------- 14

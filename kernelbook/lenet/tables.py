@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import paths
-from ..errors import DataError
 from ..report import find_record, format_ms, message_table, styled, throughput
 
-def reported(step: str | None = None, study: str = "lenet") -> pd.DataFrame:
-    """What the seeds report (``data/reported/<study>.csv``), optionally for one step."""
-    path = paths.data_dir() / "reported" / f"{study}.csv"
-    if not path.is_file():
-        raise DataError(f"{path} is missing.", "restore it with `git checkout -- data/reported/`.")
-    frame = pd.read_csv(path)
-    return frame[frame["step"] == step].reset_index(drop=True) if step else frame
+def reported(step: str | None = None) -> pd.DataFrame:
+    """What the seeds report (``data/reported/lenet.csv``), optionally for one step."""
+    from .study import STUDY
+
+    return STUDY.reported_csv(step)
 
 
-def reported_table(step: str, study: str = "lenet"):
-    frame = reported(step, study)
+def reported_table(step: str):
+    frame = reported(step)
     if frame.empty:
         return message_table(f"No seed write-up reports the {step} step.", "Reported by the seeds")
     out = pd.DataFrame({

@@ -18,15 +18,12 @@ from __future__ import annotations
 import math
 
 from .. import limits
+from ..limits import ceil_div
 from ..errors import ParameterError, ShapeError
 from ..steps import StepImpl
 from .problem import ConvPoolShape
 
 GRID_YZ_MAX = 65535
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _int_param(params: dict, name: str, low: int, high: int, example) -> int:
@@ -194,7 +191,7 @@ class TiledStep(VggStep):
     def check_params(self, params):
         bm = _int_param(params, "bm", 32, 256, 64)
         th = _int_param(params, "th", 2, 64, 16)
-        tw = _int_param(params, "tw", 8, 64, 16)
+        _int_param(params, "tw", 8, 64, 16)
         _int_param(params, "stages", 2, 8, 3)
         _int_param(params, "min_blocks", 1, 8, 2)
         if bm % 32:
