@@ -262,16 +262,3 @@ def replayed(part: str, study: str, prefer_run: str | None = None) -> Recording:
 
     return recorded(part, study, never, parameters={}, mode="replay", prefer_run=prefer_run, required=False)
 
-
-def start(part: str, mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
-          parameters: dict | None = None) -> Session:
-    """The session a notebook would have for ``part`` (the run it writes or the one it reads)."""
-    mode, reason = resolve_mode(mode)
-    if mode == "measure":
-        run = results.create_run(provenance.manifest_fields(gpu.device_info(), parameters), run_id=run_id or None)
-        return Session(part, "measure", run, reason)
-    run = _replay_run(part, replay_run, None)
-    if run is None:
-        raise ResultsError(f"No recorded run holds {part!r} ({NOT_RECORDED}).",
-                           "record one on a CUDA machine (`kernelbook run --mode measure`) and commit data/results/.")
-    return Session(part, "replay", run, reason)

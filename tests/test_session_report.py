@@ -28,19 +28,27 @@ def test_auto_mode_without_gpu_replays_and_says_so(results_root, no_gpu):
     assert banner.count("Test GPU 9000") == 1 and run.run_id in banner and "abc123def456" in banner
 
 
+def _never():
+    raise AssertionError("measured without a GPU")
+
+
+def _record(part, **kw):
+    return session.recorded(part, "lenet", _never, parameters={}, **kw)
+
+
 def test_measure_mode_without_gpu_is_refused_with_fix(results_root, no_gpu):
     with pytest.raises(GPUUnavailable, match="mode='replay'"):
-        session.start("lenet-baseline", mode="measure")
+        _record("lenet-baseline", mode="measure")
 
 
 def test_unknown_mode_and_missing_replay_are_clear(results_root, no_gpu):
     with pytest.raises(ParameterError, match="auto"):
-        session.start("lenet-baseline", mode="fast")
+        _record("lenet-baseline", mode="fast")
     with pytest.raises(ResultsError, match="No recorded run"):
-        session.start("lenet-baseline", mode="replay")
+        _record("lenet-baseline", mode="replay")
     run = fabricate_chapter(results_root)
     with pytest.raises(ResultsError, match="holds no measurements"):
-        session.start("lenet-tiled", mode="replay", replay_run=run.run_id)
+        _record("lenet-tiled", mode="replay", replay_run=run.run_id)
 
 
 def test_failed_variant_shows_failed_and_no_times(results_root, no_gpu):
