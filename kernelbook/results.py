@@ -63,6 +63,27 @@ def read_json(path: Path) -> Any:
         raise _bad(path, what) from exc
 
 
+_PARTS: dict = {}  # path -> ((mtime_ns, size), validated part): a page looks parts up many times
+
+
+def _read_part(path: Path) -> dict:
+    """Read and validate a part once per version of the file (its mtime and size), not once per
+    lookup: finding the newest run that holds a part, then reading it, would read it twice."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return validate_part(read_json(path), path)  # read_json names the missing file
+    key = (stat.st_mtime_ns, stat.st_size)
+    cached = _PARTS.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    part = validate_part(read_json(path), path)
+    if len(_PARTS) > 2048:
+        _PARTS.clear()
+    _PARTS[path] = (key, part)
+    return part
+
+
 # ----------------------------------------------------------------------------- run ids
 
 
@@ -190,8 +211,8 @@ class Run:
         return self.part_path(name).is_file()
 
     def read_part(self, name: str) -> dict:
-        path = self.part_path(name)
-        return validate_part(read_json(path), path)
+        """The validated part (shared between callers: treat it as read-only)."""
+        return _read_part(self.part_path(name))
 
     def write_part(
         self,
