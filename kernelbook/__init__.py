@@ -1,17 +1,17 @@
 """kernelbook: GPU kernel optimizations, checked, measured and published as a book.
 
-The package is organised by responsibility:
+The core knows no study:
 
-- ``paths``, ``errors``      where things live, and how failures explain themselves
-- ``data``, ``weights``      Fashion-MNIST at 86x86 and the course's parameter file format
-- ``reference``              the NumPy float64/float32 reference: convolution, pooling, the forward pass
-- ``lenet``                  the LeNet-86 study: GPU network, conv variant registry, chapters, evidence
-- ``kernels``                compiling ``kernels/**/*.cu`` (CuPy/NVRTC on a GPU, nvcc for reports)
-- ``checks``                 float64 correctness checks on random shapes, with poisoned outputs
-- ``measure``                CUDA-event timing that returns raw samples and a summary
-- ``results``                the results store: run ids, manifests, atomic writes, validation
-- ``report``, ``plots``      milestone tables, provenance labels and figures for the book
-- ``batch``, ``cli``         the papermill batch, the Jupyter Book build and the command line
+- ``steps``, ``study``, ``chapter``   a study's ordered steps, what a study provides, a chapter's sections
+- ``session``, ``results``            measure or replay (``recorded``), and the store of recorded runs
+- ``kernels``, ``limits``, ``params`` building kernels, launch limits, notebook parameter checks
+- ``checks``, ``measure``             float64 checks with poisoned outputs; CUDA-event / graph timing
+- ``report``, ``plots``, ``summary``  tables, figures and the closing chapter, from records only
+- ``evidence``                        compiler, Nsight Compute, ceilings, vendor library, floor, roofline, sanitizer
+- ``toc``, ``batch``, ``build``, ``compare``, ``cli``   the papermill batch, the strict build, the command line
+
+The studies, one sub-package each: ``lenet`` (LeNet-86 forward convolution), ``mlp`` (a fully
+connected network's inference) and ``vgg`` (a VGG-style convolution layer).
 """
 
 __version__ = "0.1.0"
