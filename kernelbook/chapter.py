@@ -132,7 +132,9 @@ class Chapter(session_mod.RecordingView):
         study's own judgements (scaling with size, the write-ups' numbers)."""
         from IPython.display import Markdown
 
-        return Markdown("\n".join(f"- {line}" for line in self.verdict_lines(metric)))
+        from .escape import md_safe
+
+        return Markdown("\n".join(f"- {md_safe(line)}" for line in self.verdict_lines(metric)))
 
 
 def run_chapter(study: Study, step: str, params: dict | None = None, case_params: dict | None = None,

@@ -8,11 +8,11 @@ numbers were timed (CUDA-graph replays, events, a host-bound loop) in a footnote
 
 from __future__ import annotations
 
-import html
 
 import pandas as pd
 
 from . import paths
+from .escape import html_text, md_code, md_text
 from .errors import DataError
 from .measure import TIMING_WORDS
 
@@ -50,7 +50,9 @@ def record_value(records: list[dict], metric: str, layer: str, batch=ANY_BATCH) 
 def styled(frame: pd.DataFrame, caption: str):
     """A pandas Styler with a caption, index hidden (renders as an HTML table that scrolls sideways
     on a narrow screen: see book/_static/kernelbook.css)."""
-    return (frame.style.hide(axis="index").set_caption(html.escape(caption))
+    # Cells and headers hold names and values from the store: escaped, never markup.
+    return (frame.style.hide(axis="index").set_caption(html_text(caption))
+            .format(escape="html").format_index(escape="html", axis=1)
             .set_table_attributes('class="kernelbook-table"'))
 
 
@@ -66,11 +68,12 @@ def banner(recording):
 
     session = recording.session
     if session is None:
-        text = f"**Not recorded.** {recording.label}"
+        text = f"**Not recorded.** {md_text(recording.label)}"
     else:
         run = session.run
-        kind = "Measured now" if session.measuring else f"Replayed (not measured now: {session.reason})"
-        text = (f"**{kind}** on **{run.device}**, {session.date}, commit `{run.commit}`, run `{run.run_id}`. "
+        kind = "Measured now" if session.measuring else f"Replayed (not measured now: {md_text(session.reason)})"
+        text = (f"**{kind}** on **{md_text(run.device)}**, {md_text(session.date)}, commit {md_code(run.commit)}, "
+                f"run {md_code(run.run_id)}. "
                 "Every number on this page comes from this recording unless its caption names another run.")
     warning = recording.warning() if hasattr(recording, "warning") else ""
     return Markdown(f"> {text}" + (f"\n\n{warning}" if warning else ""))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import gpu, provenance, results
+from .escape import md_code, md_text, shown_value
 from .errors import GPUUnavailable, ParameterError, ResultsError
 
 MODES = ("auto", "measure", "replay")
@@ -60,7 +61,7 @@ class Session:
         return f"{kind}: {self.run.device}, {self.run.created_utc[:10]}, {self.run.commit}, run {self.run.run_id}"
 
     def _repr_markdown_(self) -> str:
-        return f"**{'Measured' if self.measuring else 'Replayed'}.** {self.label}"
+        return f"**{'Measured' if self.measuring else 'Replayed'}.** {md_text(self.label)}"
 
 
 @dataclass
@@ -96,13 +97,14 @@ class Recording:
         """Markdown that lists each requested value the page shows a recorded one instead of."""
         if not self.mismatches:
             return ""
-        lines = [f"- `{name}`: you asked for `{want!r}`; the recording shows `{have!r}`"
+        lines = [f"- {md_code(name)}: you asked for {md_code(repr(shown_value(want)))}; "
+                 f"the recording shows {md_code(repr(shown_value(have)))}"
                  for name, want, have in self.mismatches]
         return ("**Warning: this page replays a recording made with other values than the ones you passed.**\n\n"
                 + "\n".join(lines) + "\n\nMeasure on a CUDA GPU to see your values.")
 
     def _repr_markdown_(self) -> str:
-        head = self.session._repr_markdown_() if self.session else f"**Not recorded.** {self.label}"
+        head = self.session._repr_markdown_() if self.session else f"**Not recorded.** {md_text(self.label)}"
         warning = self.warning()
         return head + (f"\n\n{warning}" if warning else "")
 
