@@ -96,6 +96,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .batch import parse_parameters, run_batch
 
     parameters = parse_parameters(args.parameters)
+    _refuse_replay_without_store(args.mode, parameters)
     report = run_batch(only=args.only, parameters=parameters, mode=args.mode, out_dir=args.out,
                        log=lambda line: print(line, flush=True), progress_bar=args.progress)
     done = len(report.notebooks) - len(report.failed)
@@ -110,6 +111,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"FAILED {entry.name}: {entry.error} (see {entry.output})", file=sys.stderr)
         return 1
     return 0
+
+
+def _refuse_replay_without_store(mode: str, parameters: dict) -> None:
+    """A batch that will replay needs recorded runs: with none, refuse at once (one line), not after
+    every notebook has failed in turn."""
+    import os
+
+    from . import gpu, results
+
+    mode = str(parameters.get("mode", mode))
+    if mode == "auto":
+        mode = os.environ.get("KERNELBOOK_MODE") or ("measure" if gpu.availability()[0] else "replay")
+    if mode == "replay":
+        results.require_runs()
 
 
 def _cmd_build(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import re
 import secrets
@@ -44,6 +45,16 @@ PART_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 RECORD_KEYS = ("study", "variant", "layer", "batch", "metric", "value")
 TEMP_DIR_SUFFIX = ".tmp-run"
 MANIFEST_KEYS = ("schema", "run_id", "created_utc", "device", "commit", "host")
+CREATED_PATTERN = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?Z$")
+
+
+def _is_text(value) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _is_finite(value) -> bool:
+    """A JSON number that is a real measurement: not a bool, not NaN, not infinite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # ----------------------------------------------------------------------------- atomic I/O
@@ -69,6 +80,8 @@ _PARTS: dict = {}  # path -> ((mtime_ns, size), validated part): a page looks pa
 def _read_part(path: Path) -> dict:
     """Read and validate a part once per version of the file (its mtime and size), not once per
     lookup: finding the newest run that holds a part, then reading it, would read it twice."""
+    if path.is_symlink():
+        raise _bad(path, "is a symbolic link (a part must be a file of its run, not a link to one elsewhere)")
     try:
         stat = path.stat()
     except OSError:
@@ -125,32 +138,48 @@ def validate_manifest(manifest: Any, path: Path) -> dict:
         raise _bad(path, f"missing key(s) {', '.join(missing)}")
     if manifest["schema"] != SCHEMA_VERSION:
         raise _bad(path, f"schema {manifest['schema']!r}, this code reads {SCHEMA_VERSION}")
-    if not isinstance(manifest["device"], dict) or "name" not in manifest["device"]:
-        raise _bad(path, "'device' must be an object with a 'name'")
+    if not isinstance(manifest["device"], dict) or not _is_text(manifest["device"].get("name")):
+        raise _bad(path, "'device' must be an object with a 'name' (a non-empty string)")
+    for key in ("run_id", "created_utc", "commit", "host"):
+        if not isinstance(manifest[key], str):
+            raise _bad(path, f"{key!r} is {manifest[key]!r}, not a string")
+    if not CREATED_PATTERN.match(manifest["created_utc"]):
+        raise _bad(path, f"created_utc {manifest['created_utc']!r} is not a UTC time like 2026-11-22T04:30:00Z")
+    for key in ("software", "parameters"):
+        if not isinstance(manifest.get(key, {}), dict):
+            raise _bad(path, f"{key!r} must be an object")
     return manifest
 
 
 def validate_record(record: Any, path: Path, index: int) -> dict:
+    """One record: strings where names belong, finite numbers where numbers belong."""
     if not isinstance(record, dict):
         raise _bad(path, f"record {index} is not an object")
     missing = [key for key in RECORD_KEYS if key not in record]
     if missing:
         raise _bad(path, f"record {index} lacks {', '.join(missing)}")
-    if not isinstance(record["metric"], str) or not record["metric"]:
+    if not _is_text(record["metric"]):
         raise _bad(path, f"record {index} has metric {record['metric']!r} (a non-empty string)")
-    if not isinstance(record["study"], str) or not isinstance(record["variant"], str):
-        raise _bad(path, f"record {index} needs string 'study' and 'variant'")
+    if not _is_text(record["study"]) or not _is_text(record["variant"]):
+        raise _bad(path, f"record {index} needs non-empty string 'study' and 'variant'")
+    if record["layer"] is not None and not isinstance(record["layer"], str):
+        raise _bad(path, f"record {index} has layer {record['layer']!r} (a string or null)")
+    if not isinstance(record.get("unit", ""), str):
+        raise _bad(path, f"record {index} has unit {record['unit']!r} (a string)")
     value = record["value"]
-    if isinstance(value, bool) or (value is not None and not isinstance(value, (int, float))):
-        raise _bad(path, f"record {index} has a non-numeric value {value!r}")
+    if value is not None and not _is_finite(value):
+        raise _bad(path, f"record {index} has value {value!r} (a finite number, or null when nothing was measured)")
+    for key in ("min", "max"):
+        if record.get(key) is not None and not _is_finite(record[key]):
+            raise _bad(path, f"record {index} has {key} {record[key]!r} (a finite number or null)")
     batch = record["batch"]
-    if batch is not None and (not isinstance(batch, int) or batch <= 0):
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0):
         raise _bad(path, f"record {index} has batch {batch!r} (a positive integer or null)")
     samples = record.get("samples")
     if samples is not None and not isinstance(samples, list):
         raise _bad(path, f"record {index} has samples {samples!r} (a list of numbers)")
-    if samples is not None and not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in samples):
-        raise _bad(path, f"record {index} has non-numeric samples")
+    if samples is not None and not all(_is_finite(s) for s in samples):
+        raise _bad(path, f"record {index} has samples that are not finite numbers (NaN, infinity or text)")
     return record
 
 
@@ -168,8 +197,22 @@ def validate_part(part: Any, path: Path) -> dict:
         raise _bad(path, "'checks' must be a list (empty when nothing was checked)")
     if not isinstance(part.get("extra", {}), dict) or not isinstance(part.get("parameters", {}), dict):
         raise _bad(path, "'extra' and 'parameters' must be objects")
+    for key in ("run_id", "name", "study", "mode"):
+        if not _is_text(part[key]):
+            raise _bad(path, f"{key!r} is {part[key]!r}, not a non-empty string")
+    if not all(isinstance(check, dict) for check in part["checks"]):
+        raise _bad(path, "every entry of 'checks' must be an object")
+    # A part belongs where it lies: its run folder's id, its file's name, its name's study.
+    if path.parent.name == "parts":
+        folder = path.parent.parent.name
+        if RUN_ID_PATTERN.match(folder) and part["run_id"] != folder:
+            raise _bad(path, f"its run_id {part['run_id']!r} is not the id of its run folder {folder!r}")
+        if part["name"] != path.stem:
+            raise _bad(path, f"its name {part['name']!r} is not its file's name {path.stem!r}")
     for index, record in enumerate(part["records"]):
         validate_record(record, path, index)
+        if record["study"] != part["study"]:
+            raise _bad(path, f"record {index} is of study {record['study']!r}, but the part says {part['study']!r}")
     return part
 
 
@@ -204,8 +247,20 @@ class Run:
         return self.root / "parts" / f"{name}.json"
 
     def part_names(self) -> list[str]:
+        """The names of the part files (a file whose name is no part name is left out: see
+        ``stray_files``)."""
         folder = self.root / "parts"
-        return sorted(p.stem for p in folder.glob("*.json") if not is_temporary(p)) if folder.is_dir() else []
+        if not folder.is_dir():
+            return []
+        return sorted(p.stem for p in folder.glob("*.json") if not is_temporary(p) and PART_NAME_PATTERN.match(p.stem))
+
+    def stray_files(self) -> list[Path]:
+        """Files in ``parts/`` that are no part (a name with spaces, another extension); never read."""
+        folder = self.root / "parts"
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.iterdir()
+                      if not p.name.startswith(".") and not (p.suffix == ".json" and PART_NAME_PATTERN.match(p.stem)))
 
     def has_part(self, name: str) -> bool:
         return self.part_path(name).is_file()
@@ -287,6 +342,10 @@ def load_run(run_id: str, root: Path | None = None) -> Run:
     validate_run_id(run_id)
     folder = root / run_id
     manifest_path = folder / "manifest.json"
+    if folder.is_symlink():
+        raise ResultsError(f"The run folder {folder} is a symbolic link (to {os.readlink(folder)}), not a folder of "
+                           "the store; it is never read.",
+                           f"remove the link (`rm {folder}`) and copy the run itself into {root} if you mean to keep it.")
     if not folder.is_dir():
         raise ResultsError(
             f"No recorded run {run_id} under {root}.",
@@ -330,19 +389,60 @@ def list_runs(root: Path | None = None, strict: bool = False) -> list[Run]:
     return sorted(runs, key=lambda run: (str(run.created_utc), run.run_id))
 
 
+def require_runs(root: Path | None = None) -> list[Run]:
+    """The readable runs, or a ``ResultsError`` at once when there is none to replay: a batch
+    that would replay every page checks this first, instead of failing each notebook in turn."""
+    root = Path(root) if root else paths.results_dir()
+    fix = ("restore the recorded runs (`git checkout -- data/results`, or point KERNELBOOK_RESULTS_DIR at a "
+           "store), or measure on a CUDA GPU (`kernelbook run --mode measure`).")
+    if not root.is_dir():
+        raise ResultsError(f"There is no results folder at {root}, so there is nothing to replay.", fix)
+    runs = list_runs(root)
+    if not runs:
+        damaged = [p.name for p in _run_candidates(root)]
+        raise ResultsError(f"The results folder {root} holds no readable run"
+                           + (f" ({len(damaged)} damaged: {', '.join(damaged[:5])}; `kernelbook results --check` "
+                              "says why)" if damaged else "") + ", so there is nothing to replay.", fix)
+    return runs
+
+
 class StoreWarning(UserWarning):
     """A damaged file in the results store that was skipped."""
 
 
 def readable_part(run: Run, name: str) -> dict | None:
     """The part ``name`` of ``run`` when it exists and is valid; a damaged one warns and gives None."""
-    if not run.has_part(name):
-        return None
     try:
+        if not run.has_part(name):
+            return None
         return run.read_part(name)
     except ResultsError as exc:
         warnings.warn(f"skipping {name} of run {run.run_id}: {exc}", StoreWarning, stacklevel=2)
         return None
+    except OSError as exc:  # unreadable (permissions), a folder named like a part
+        warnings.warn(f"skipping {name} of run {run.run_id}: {run.part_path(name)} cannot be read ({exc.strerror or exc}). "
+                      "Fix: make it a readable file, or move it out of the store.", StoreWarning, stacklevel=2)
+        return None
+
+
+def damaged_copies(part_name: str, root: Path | None = None) -> list[str]:
+    """Why each copy of ``part_name`` in the store cannot be read (empty: none is damaged). Tells
+    "damaged" from "not recorded yet" when no run holds a valid copy."""
+    found = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StoreWarning)
+        runs = list_runs(root)
+    for run in runs:
+        path = run.part_path(part_name)
+        if not path.exists() and not path.is_symlink():
+            continue
+        try:
+            _read_part(path)
+        except ResultsError as exc:
+            found.append(str(exc))
+        except OSError as exc:
+            found.append(f"{path} cannot be read ({exc.strerror or exc}).")
+    return found
 
 
 def runs_with(part_name: str, root: Path | None = None) -> list[Run]:
@@ -384,8 +484,11 @@ def check_store(root: Path | None = None) -> list[str]:
     """Every problem in the store, one line each (empty: all runs and parts are valid)."""
     root = Path(root) if root else paths.results_dir()
     problems = []
+    if not root.exists():
+        return [f"{root}: the results folder does not exist (no run was ever recorded here, or the path is wrong: "
+                "check KERNELBOOK_RESULTS_DIR, or restore data/results/ with `git checkout -- data/results`)"]
     if not root.is_dir():
-        return problems
+        return [f"{root}: the results folder is a file, not a folder"]
     for path in sorted(root.iterdir()):
         if is_temporary(path) or path.name.endswith(TEMP_DIR_SUFFIX):
             problems.append(f"{path}: left over from an interrupted write (safe to delete)")
@@ -401,6 +504,10 @@ def check_store(root: Path | None = None) -> list[str]:
             continue
         for leftover in (run.root / "parts").glob(".*"):
             problems.append(f"{leftover}: left over from an interrupted write (safe to delete)")
+        for stray in run.stray_files():
+            if not is_temporary(stray):
+                problems.append(f"{stray}: not a part (a part file is named with letters, digits, '.', '_' and '-' "
+                                "and ends in .json); it is never read. Fix: rename it or move it out of the store")
         for name in run.part_names():
             try:
                 run.read_part(name)

@@ -242,10 +242,18 @@ def recorded(part: str, study: str, measure: Callable[[], Measurement], *, param
                          parameters, status or "Measured now.")
     run = _replay_run(part, replay_run, prefer_run)
     if run is None:
-        message = f"No recorded run holds {part!r} ({NOT_RECORDED})."
+        damaged = results.damaged_copies(part)
+        if damaged:  # recorded, but no copy can be read: say so, never "not recorded yet"
+            message = (f"Every recording of {part!r} is damaged ({len(damaged)} cop{'y' if len(damaged) == 1 else 'ies'}); "
+                       f"the newest: {damaged[-1]}")
+            fix = ("restore the file named above (`git checkout -- data/results`), or measure again on a CUDA GPU; "
+                   "`kernelbook results --check` lists every problem.")
+        else:
+            message = f"No recorded run holds {part!r} ({NOT_RECORDED})."
+            fix = ("record one on a CUDA machine (`kernelbook run --mode measure`, or "
+                   "scripts/device_run.sh on the device) and commit data/results/.")
         if required:
-            raise ResultsError(message, "record one on a CUDA machine (`kernelbook run --mode measure`, or "
-                                        "scripts/device_run.sh on the device) and commit data/results/.")
+            raise ResultsError(message, fix)
         return Recording(part, None, status=f"{status} {message}".strip())
     stored = run.read_part(part)
     found = mismatches(parameters if compare is None else compare, stored.get("parameters") or {})
