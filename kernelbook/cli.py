@@ -7,9 +7,10 @@
     kernelbook results [--format jsonl|csv] [--run ID]... [--runs] [--check]
     kernelbook compare RUN_A RUN_B [--study S] [--format md|csv]
 
-Exit status: 0 when all went well, 1 when a notebook of the batch failed (or ``results --check``
-found a problem), ``compare``: the number of regressions; 2 when kernelbook refused to go on (a ``KernelbookError``: its message and its fix are printed, no traceback,
-because the fix is the useful part).
+Exit status: 0 when all went well; 1 when a notebook of the batch failed, ``results --check``
+found a problem, or ``compare`` found a regression; 2 when kernelbook refused to go on (a
+``KernelbookError``: its message and its fix are printed, no traceback, because the fix is the
+useful part).
 """
 
 from __future__ import annotations
@@ -78,9 +79,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="validate every run and part of the store; list each problem (exit 1 if any)")
 
     cmp = commands.add_parser(
-        "compare", help="compare two recorded runs, noise-aware (exit status: the number of regressions)",
+        "compare", help="compare two recorded runs, noise-aware (exit 0 same, 1 regressions, 2 refused)",
         description="For every measurement present in both runs: both medians, B/A, each one's spread from its "
-        "samples, and a verdict (same unless the medians differ by more than the larger spread).",
+        "samples, and a verdict: same unless the medians differ by more than the noise band, which is the larger "
+        "spread and at least 2 %% of the larger median (a value measured once has no spread of its own). "
+        "Exit status: 0 when nothing regressed, 1 when something is slower or worse, 2 when compare refused "
+        "(an unknown run or study).",
     )
     cmp.add_argument("run_a", metavar="RUN_A")
     cmp.add_argument("run_b", metavar="RUN_B")
@@ -194,8 +198,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare_runs, render
 
     header, rows = compare_runs(args.run_a, args.run_b, args.study)
+    if args.format == "csv":  # the CSV holds the table only; which runs, on stderr
+        for line in header:
+            print(line, file=sys.stderr)
     sys.stdout.write(render(header, rows, args.format))
-    return min(sum(1 for r in rows if r.regression), 125)
+    regressions = sum(1 for r in rows if r.regression)
+    if regressions:
+        print(f"{regressions} regression(s)", file=sys.stderr)
+    return 1 if regressions else 0
 
 
 COMMANDS = {"run": _cmd_run, "build": _cmd_build, "results": _cmd_results, "compare": _cmd_compare}
