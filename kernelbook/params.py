@@ -161,3 +161,33 @@ def readable_file(name: str, value, *, size: int | None = None, header: bytes | 
 
 def number(name: str, value, low=None, high=None, example: str = "1.0") -> float:
     return finite_number(name, value, low, high, example)
+
+
+def split_assignments(text: str) -> list[str]:
+    """``NAME=VALUE`` items separated by spaces, where a value may itself hold spaces inside
+    brackets or quotes: ``batch_sizes=[100, 500] label="a b"`` is two items (how ``make
+    PARAMS='...'`` passes them; a plain split would cut the list in two)."""
+    items, current, depth, quote = [], [], 0, ""
+    for ch in text:
+        if quote:
+            current.append(ch)
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+            current.append(ch)
+        elif ch in "[({":
+            depth += 1
+            current.append(ch)
+        elif ch in "])}":
+            depth = max(0, depth - 1)
+            current.append(ch)
+        elif ch.isspace() and depth == 0:
+            if current:
+                items.append("".join(current))
+                current = []
+        else:
+            current.append(ch)
+    if current:
+        items.append("".join(current))
+    return items
