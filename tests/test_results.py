@@ -118,6 +118,8 @@ DAMAGES = {
     "foreign run_id": lambda p: p.update(run_id="20200101T0000Z-000000"),
     "foreign study": lambda p: p.update(study="mlp"),
     "unit list": lambda p: _first_time(p).update(unit=["ms"]),
+    "check without passed": lambda p: p["checks"][0].pop("passed"),
+    "check shape text": lambda p: p["checks"][0].update(shape="3x4"),
 }
 
 
