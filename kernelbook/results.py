@@ -406,6 +406,9 @@ def iter_records(run_ids: Iterable[str] | None = None, root: Path | None = None)
     """Every recorded measurement as a flat dict, with its run id and device added."""
     runs = list_runs(root) if run_ids is None else [load_run(r, root) for r in run_ids]
     for run in runs:
+        for stray in run.stray_files():
+            warnings.warn(f"skipping {stray}: not a part file name (letters, digits, '.', '_' and '-', ending in "
+                          ".json). Fix: rename it or move it out of the store.", StoreWarning, stacklevel=2)
         for name in run.part_names():
             part = readable_part(run, name)
             if part is None:

@@ -136,3 +136,20 @@ def test_no_hostile_string_is_live_in_the_built_book(tmp_path, monkeypatch, no_g
     assert "alert(2)" in page and "onerror" in page  # the values are shown ...
     assert page.count("alert(2)") >= 6
     assert not LIVE.search(page), LIVE.search(page)  # ... and none of them runs
+
+
+def test_summary_and_recording_markdown_show_a_hostile_store_as_text(results_root, no_gpu):
+    from kernelbook import session, summary
+    from kernelbook.lenet import STUDY
+
+    _hostile_store(results_root)
+    outputs = [summary.banner(STUDY).data]
+
+    def never():
+        raise AssertionError
+
+    rec = session.recorded("tiny-hostile", "tiny", never, parameters={"label": HOSTILE}, mode="replay")
+    outputs += [rec._repr_markdown_(), rec.session._repr_markdown_(), rec.warning()]
+    for markdown in outputs:
+        out = _render(markdown)
+        assert not LIVE.search(out) and "alert(2)" in out
