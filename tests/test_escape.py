@@ -153,3 +153,24 @@ def test_summary_and_recording_markdown_show_a_hostile_store_as_text(results_roo
     for markdown in outputs:
         out = _render(markdown)
         assert not LIVE.search(out) and "alert(2)" in out
+
+
+def test_a_device_name_with_dollars_does_not_break_a_figure(results_root, no_gpu):
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from conftest import fabricate_chapter
+
+    from kernelbook import plots
+    from kernelbook.chapter import run_chapter
+    from kernelbook.lenet import STUDY
+
+    run = fabricate_chapter(results_root, batches=(100,))
+    manifest = json.loads((run.root / "manifest.json").read_text())
+    manifest["device"]["name"] = "GPU $\\frac{$ x"  # broken mathtext
+    (run.root / "manifest.json").write_text(json.dumps(manifest))
+    chapter = run_chapter(STUDY, "baseline", sizes=[100], mode="replay")
+    fig = plots.step_deltas(chapter.comparison())
+    fig.savefig(results_root / "f.png")  # draws: the label is text
