@@ -300,10 +300,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         # a full disk, a folder that cannot be written: one line that says which and what to do
         sys.stdout.flush()
-        what = "no space left on the device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
         where = f" ({exc.filename})" if exc.filename else ""
-        print(f"error: {what}{where}. Fix: free some space or choose a writable folder, then run the command again.",
-              file=sys.stderr)
+        if exc.errno == errno.ENOSPC:
+            what, fix = "no space left on the device", "free some space (`make clean` removes _build/), then run it again."
+        else:
+            what = f"cannot write or read {exc.filename or 'a file'}: {exc.strerror or exc}"
+            where, fix = "", "choose a folder you can write to (--out DIR), or fix its permissions, then run it again."
+        print(f"error: {what}{where}. Fix: {fix}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

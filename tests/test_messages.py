@@ -137,3 +137,9 @@ def test_a_full_disk_is_one_line(monkeypatch, capsys, results_root):
     assert cli.main(["results"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no space left" in err and "/data/results/x.json" in err
+
+
+def test_an_unwritable_run_out_is_one_line(capsys, no_gpu):
+    assert cli.main(["run", "--out", "/proc/x", "--only", "lenet/00_*", "--mode", "replay"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "/proc/x" in err and "--out DIR" in err and "Traceback" not in err
