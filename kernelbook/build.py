@@ -38,8 +38,9 @@ class BuildError(KernelbookError, RuntimeError):
     """The book cannot be staged or Jupyter Book failed."""
 
 
-def _read_executed(notebook: Path):
-    """An executed notebook, or a BuildError that names it when it cannot be read."""
+def _read_executed(notebook: Path, name: str | None = None):
+    """An executed notebook, or a BuildError that names it (and a full disk, the usual reason a
+    notebook is cut short) when it cannot be read."""
     import nbformat
 
     try:
@@ -47,9 +48,15 @@ def _read_executed(notebook: Path):
     except OSError:
         raise
     except Exception as exc:  # NotJSONError, a truncated file, a validation error
+        try:
+            free = shutil.disk_usage(notebook.parent).free
+        except OSError:
+            free = None
+        full = (f" The disk holding it is full ({free // 2**20} MiB free): free space first."
+                if free is not None and free < 64 * 2**20 else "")
         raise BuildError(f"The executed notebook {notebook} cannot be read ({type(exc).__name__}: "
-                         f"{' '.join(str(exc).split())[:200]}); it is truncated or damaged.",
-                         f"execute it again: `kernelbook run --only '{notebook.with_suffix('').name}'` "
+                         f"{' '.join(str(exc).split())[:200]}); it is truncated or damaged.{full}",
+                         f"execute it again: `kernelbook run --only '{name or notebook.with_suffix('').name}'` "
                          "(or the whole book with `kernelbook run`).") from None
 
 
@@ -157,7 +164,7 @@ def stage_book(
                        "or build with --no-strict to publish them as they are.")
             raise BuildError(message, fix)
         log(f"warning: {message}")
-    notebooks_read = {name: _read_executed(path) for name, path in executed.items()}
+    notebooks_read = {name: _read_executed(path, name) for name, path in executed.items()}
     crashed = [name for name, nb in notebooks_read.items() if _failed_in_batch(nb)]
     for name, nb in notebooks_read.items():
         kernels = stale_sources(nb, root)

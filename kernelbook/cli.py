@@ -198,6 +198,13 @@ def _csv_cell(value) -> str:
     return value
 
 
+def _printable(value) -> str:
+    """Text from the store as a terminal shows it: control characters (an escape sequence in a
+    device name) written out, never sent to the terminal."""
+    text = str(value)
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 def _part_summary(names: list[str]) -> str:
     """``62 parts (device 1, lenet 61)``: what a run holds, in a few words."""
     from collections import Counter
@@ -234,10 +241,11 @@ def _cmd_results(args: argparse.Namespace) -> int:
         else:  # for people: how many parts of which study, one short line per run
             for row, run in zip(rows, runs):
                 row["parts"] = _part_summary(run.part_names())
-            widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
+            rows = [{c: _printable(r[c]) for c in columns} for r in rows]
+            widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
             print("  ".join(c.ljust(widths[c]) for c in columns).rstrip())
             for row in rows:
-                print("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip())
+                print("  ".join(row[c].ljust(widths[c]) for c in columns).rstrip())
         return 0
 
     rows = list(results.iter_records(args.runs_selected))

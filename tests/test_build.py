@@ -130,7 +130,21 @@ def test_a_truncated_executed_notebook_names_its_file(book, tmp_path):
     path.write_text(path.read_text()[:40])
     with pytest.raises(BuildError, match="cannot be read") as info:
         _stage(book, executed)
-    assert str(path) in info.value.message and "kernelbook run" in info.value.fix
+    assert str(path) in info.value.message and "kernelbook run --only 'part/good'" in info.value.fix
+    assert "disk" not in info.value.message
+
+
+def test_a_notebook_cut_short_by_a_full_disk_says_so(book, tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    executed = tmp_path / "executed"
+    path = write_executed(executed / "part" / "good.ipynb", "fine\n")
+    path.write_text(path.read_text()[:40])
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10**9, 10**9, 0))
+    with pytest.raises(BuildError, match="disk holding it is full"):
+        _stage(book, executed)
 
 
 # ----------------------------------------------------------------------------- atomic publishing, plain errors

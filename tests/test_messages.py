@@ -143,3 +143,10 @@ def test_an_unwritable_run_out_is_one_line(capsys, no_gpu):
     assert cli.main(["run", "--out", "/proc/x", "--only", "lenet/00_*", "--mode", "replay"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "/proc/x" in err and "--out DIR" in err and "Traceback" not in err
+
+
+def test_runs_table_writes_control_characters_out(results_root, capsys):
+    results.create_run({"device": {"name": "GPU\x1b[2J\x07"}, "commit": "c", "host": "h"})
+    assert cli.main(["results", "--runs"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[2J\\x07" in out
