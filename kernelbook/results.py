@@ -55,6 +55,8 @@ def read_json(path: Path) -> Any:
         )
     try:
         return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:  # unreadable (permissions, an I/O error): a damaged file like any other
+        raise _bad(path, f"cannot be read ({exc.strerror or exc})") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         what = "is empty" if path.stat().st_size == 0 else f"is not valid JSON ({exc})"
         raise _bad(path, what) from exc

@@ -197,3 +197,23 @@ def test_missing_or_empty_store_is_reported_as_such(tmp_path, monkeypatch, capsy
     missing.mkdir()
     with pytest.raises(ResultsError, match="holds no readable run"):
         results.require_runs()
+
+
+def test_an_unreadable_file_is_skipped_like_a_damaged_one(results_root, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    good = fabricate_chapter(results_root, run_id="20261101T0000Z-aaaaaa")
+    bad = fabricate_chapter(results_root, run_id="20261121T0000Z-bbbbbb")
+    unreadable = bad.root / "manifest.json"
+    real = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self == unreadable:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    with pytest.warns(results.StoreWarning, match="cannot be read"):
+        assert [r.run_id for r in results.list_runs()] == [good.run_id]
+    assert any("cannot be read" in p and str(unreadable) in p for p in results.check_store())
