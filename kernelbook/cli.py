@@ -127,7 +127,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .params import split_assignments
 
     # `make PARAMS='batch_sizes=[100, 500] label="a b"'` hands its list over whole, in the environment.
-    parameters = parse_parameters(split_assignments(os.environ.get("KERNELBOOK_PARAMS", "")) + args.parameters)
+    from_make = split_assignments(os.environ.get("KERNELBOOK_PARAMS", ""))
+    if from_make:
+        print("parameters from PARAMS: " + " ".join(f"-p {item!r}" for item in from_make), flush=True)
+    parameters = parse_parameters(from_make + args.parameters)
     _refuse_replay_without_store(args.mode, parameters)
     report = run_batch(only=args.only, parameters=parameters, mode=args.mode, out_dir=args.out,
                        log=lambda line: print(line, flush=True), progress_bar=args.progress)
