@@ -88,6 +88,26 @@ display(chapter.verdict())
 """
 
 
+REFUSED_PAGE = FRONT_MATTER + """
+# Refused chapter
+
+```{code-cell} ipython3
+:tags: [parameters]
+
+label = "default"
+mode = "auto"
+run_id = None
+```
+
+```{code-cell} ipython3
+from kernelbook.chapter import run_chapter
+from kernelbook.lenet import STUDY
+
+run_chapter(STUDY, "baseline", sizes=[100], mode="replay", weights_path=label)
+```
+"""
+
+
 def _hostile_store(root):
     device = {"name": HOSTILE, "compute_capability": HOSTILE, "uuid": HOSTILE}
     run = results.create_run({"device": device, "commit": HOSTILE, "host": HOSTILE, "platform": HOSTILE},
@@ -124,18 +144,23 @@ def test_no_hostile_string_is_live_in_the_built_book(tmp_path, monkeypatch, no_g
     _hostile_store(store)
     book = make_book(tmp_path / "tiny", with_bad=False)
     (book / "book" / "part" / "hostile.md").write_text(HOSTILE_PAGE)
+    # the probe of the issue: a hostile weights_path, refused, its error published by a --no-strict build
+    (book / "book" / "part" / "refused.md").write_text(REFUSED_PAGE)
     toc = book / "_toc.yml"
-    toc.write_text(toc.read_text() + "      - file: book/part/hostile\n")
+    toc.write_text(toc.read_text() + "      - file: book/part/hostile\n      - file: book/part/refused\n")
     executed = tmp_path / "executed"
     report = run_batch(parameters={"label": HOSTILE}, mode="replay", out_dir=executed,
                        log=lambda _: None, toc=toc, book_root=book / "book", progress_bar=False)
-    assert report.ok, [e.error for e in report.notebooks]
+    status = {e.name: e.status for e in report.notebooks}
+    assert status == {"part/good": "ok", "part/hostile": "ok", "part/refused": "failed"}, report.notebooks
     html = build_book(executed, tmp_path / "site", strict=False, toc=toc, book_root=book / "book",
                       stage_dir=tmp_path / "stage", log=lambda _: None)
     page = (html / "book" / "part" / "hostile.html").read_text()
     assert "alert(2)" in page and "onerror" in page  # the values are shown ...
     assert page.count("alert(2)") >= 6
     assert not LIVE.search(page), LIVE.search(page)  # ... and none of them runs
+    refused = (html / "book" / "part" / "refused.html").read_text()
+    assert "weights_path" in refused and "alert(2)" in refused and not LIVE.search(refused)
 
 
 def test_summary_and_recording_markdown_show_a_hostile_store_as_text(results_root, no_gpu):
