@@ -201,7 +201,8 @@ def measure(study, impl, case_params: dict[str, dict], sizes: list, repeats: int
         common = {"flops": shape.flops, "min_bytes": shape.min_bytes, "precision": impl.precision, "params": params}
         batch = study.size_of(case, size)
         records.append(results.record(study.name, impl.slug, case, batch, "op_time_ms", op, **common))
-        for metric, value, unit in study.case_records(impl, case, shape, params, run, output, op, context, time):
+        for metric, value, unit in study.case_records(impl, case, shape, params, operands, run, output, op, context,
+                                                      time):
             records.append(results.record(study.name, impl.slug, case, batch, metric, value, unit, **common))
         del y, operands
         last = size

@@ -45,6 +45,12 @@ class StepImpl:
     #: products per product, for FP32 accuracy). ``math_for`` answers per problem.
     math: ClassVar[str] = "fp32"
     step: "Step"                          # set by StepList
+    step_list: "StepList"                 # set by StepList: the study's steps, for ``other``
+
+    def other(self, slug: str) -> "StepImpl":
+        """Another step of the same study (a step that hands a case to an earlier step's kernel
+        asks for it here, so no step module imports the step list that imports it)."""
+        return self.step_list.impl(slug)
 
     @property
     def slug(self) -> str:
@@ -150,6 +156,7 @@ class StepList:
         for step in fixed:
             impl = step.impl()
             impl.step = step
+            impl.step_list = self
             self._impls[step.slug] = impl
 
     def __iter__(self) -> Iterator[Step]:

@@ -46,6 +46,9 @@ class Study:
     time_metric: ClassVar[str] = "op_time_ms"  # the metric steps are compared by
     rate_unit: ClassVar[str] = "GFLOP/s"
     vendor_name: ClassVar[str] = "vendor"      # part name suffix of the vendor-library timings
+    #: Vendor row names of runs recorded before rows were named ``<library>-<precision>[-<layout>]``,
+    #: mapped to today's names when a recording is read (the recorded data is never rewritten).
+    old_vendor_names: ClassVar[dict[str, str]] = {}
     profile_size: ClassVar[int] = 1000         # the size Nsight Compute and the sanitizer launch
 
     # ------------------------------------------------------------------ derived
@@ -83,16 +86,7 @@ class Study:
 
     def reported_csv(self, step: str | None = None):
         """The write-ups' numbers for the study (``data/reported/<study>.csv``), optionally one step's."""
-        import pandas as pd
-
-        from . import paths
-        from .errors import DataError
-
-        path = paths.data_dir() / "reported" / f"{self.name}.csv"
-        if not path.is_file():
-            raise DataError(f"{path} is missing.", "restore it with `git checkout -- data/reported/`.")
-        frame = pd.read_csv(path)
-        return frame[frame["step"] == step].reset_index(drop=True) if step else frame
+        return reported_csv(self.name, step)
 
     def case_params(self, impl: StepImpl, params: dict | None, case_params: dict | None) -> dict[str, dict]:
         """Each case's parameters: the step's defaults, under ``params``, under ``case_params[case]``."""
@@ -154,8 +148,8 @@ class Study:
 
         return self.operands(impl, shape, self.inputs(impl, shape, np.random.default_rng(0), case))
 
-    def case_records(self, impl: StepImpl, case: str, shape, params: dict, run, output, op, context,
-                     time) -> list[tuple]:
+    def case_records(self, impl: StepImpl, case: str, shape, params: dict, operands: tuple, run, output, op,
+                     context, time) -> list[tuple]:
         """Further ``(metric, value, unit)`` of a timed problem beside ``op_time_ms``: ``run()``
         launches once, ``output()`` poisons, launches and returns the output on the host,
         ``time(fn)`` times with the chapter's timer."""
@@ -233,3 +227,17 @@ def upload(xp, host):
     else:
         dev[...] = host
     return dev
+
+
+def reported_csv(study: str, step: str | None = None):
+    """The write-ups' numbers for ``study`` (``data/reported/<study>.csv``), optionally one step's."""
+    import pandas as pd
+
+    from . import paths
+    from .errors import DataError
+
+    path = paths.data_dir() / "reported" / f"{study}.csv"
+    if not path.is_file():
+        raise DataError(f"{path} is missing.", "restore it with `git checkout -- data/reported/`.")
+    frame = pd.read_csv(path)
+    return frame[frame["step"] == step].reset_index(drop=True) if step else frame

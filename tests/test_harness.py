@@ -111,7 +111,7 @@ class Toy(Study):
             out.append(harness.CheckCase(label, shape, (x,), lambda x=x: 2 * x.astype(np.float64)))
         return out
 
-    def case_records(self, impl, case, shape, params, run, output, op, context, time):
+    def case_records(self, impl, case, shape, params, operands, run, output, op, context, time):
         got = output()
         return [("max_out", float(np.abs(got).max()), "")]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 
 
-from .. import results
 from ..study import Column, Study
 from .problem import CASES
 from .steps import STEPS
@@ -48,33 +47,27 @@ class VggStudy(Study):
     def problem(self, case: str, size: int | None = None):
         return CASES[case]
 
-    def check(self, impl, case_params: dict, n_random: int, seed: int | None):
-        from .run import check_step
+    # ------------------------------------------------------------------ the problem, for the harness
 
-        params = case_params["B1"]
-        found = check_step(impl.slug, params, n_random=n_random, seed=seed, full_case="B1")
-        ok = bool(found) and all(c.passed for c in found)
-        records = [results.record(NAME, impl.slug, case, None, "correct", 1.0 if ok else 0.0, n_checks=len(found))
-                   for case in self.cases]
-        return records, [dict(c.as_dict(), layer=c.label.split(" ")[0], params=params) for c in found]
+    full_case = "B1"   # the whole layer, checked at sampled pooled outputs
 
-    def measure(self, impl, case_params: dict, sizes: list, repeats: int, warmup: int, options: dict):
-        from .run import measure_step
+    def inputs(self, impl, shape, rng, case=None):
+        from .run import random_inputs
 
-        records = []
-        for case in sizes:
-            records += measure_step(impl.slug, case_params[case], cases=(case,), repeats=repeats, warmup=warmup)
-        return records
+        return random_inputs(shape, rng)
 
-    def launch_once(self, slug: str, case: str, size: int, params: dict, seed: int = 0):
-        from .run import launch_once
+    def check_cases(self, impl, params, n_random, rng):
+        from .run import check_cases
 
-        return launch_once(slug, case, params, seed=seed)
+        return check_cases(impl, params, n_random, rng, self.full_case)
 
-    def vendor(self, sizes: list, repeats: int, warmup: int) -> list[dict]:
-        from .run import measure_vendor
+    def case_records(self, impl, case, shape, params, operands, run, output, op, context, time):
+        return [("gflops", shape.flops / (op.median * 1e6), "GFLOP/s")]
 
-        return measure_vendor(tuple(sizes), repeats=repeats, warmup=warmup)
+    def vendor_runs(self, sizes, seed):
+        from .run import vendor_runs
+
+        return vendor_runs(sizes, seed)
 
     def reported_frame(self, step: str):
         return self.reported_csv(step)
