@@ -42,6 +42,11 @@ class Study:
     rows: ClassVar[str] = "sizes"              # milestone rows: one per size, or one per case ("cases")
     sanitizer_size: ClassVar[int] = 4          # the size compute-sanitizer launches (small: it is slow)
     default_sizes: ClassVar[tuple[int, ...]] = ()
+    # How every step of the study is timed and checked, unless a reader passes other values (the
+    # notebooks' parameter cells leave these as None): one place, the same for every step.
+    repeats: ClassVar[int] = 20                # timed repetitions (median reported, min-max shown)
+    warmup: ClassVar[int] = 3                  # untimed runs first (module load, first-launch costs)
+    check_shapes: ClassVar[int] = 6            # random shapes checked against float64 besides the fixed ones
     max_size: ClassVar[int | None] = None
     time_metric: ClassVar[str] = "op_time_ms"  # the metric steps are compared by
     rate_unit: ClassVar[str] = "GFLOP/s"

@@ -38,6 +38,7 @@ class LeNetStudy(Study):
     size_name = "batch_sizes"
     case_params_name = "layer_params"
     default_sizes = (100, 1000, 10000)
+    check_shapes = 8          # its random shapes are small: two more cost nothing
     max_size = MAX_BATCH
     vendor_name = "cudnn"   # the recorded part's name (kept: runs are stored under it)
     old_vendor_names = {"cudnn": "cudnn-fp32"}
