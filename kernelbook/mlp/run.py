@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import checks, harness
 from ..checks import CheckResult
+from ..study import upload
 from . import STEPS, require_gpu
 from .data import load_weights, make_signals, make_weights
 from .problem import CASES, MlpShape, case_columns
@@ -34,9 +35,7 @@ def _upload(host: np.ndarray):
     """A device copy made by a plain memcpy (no CuPy kernel)."""
     import cupy as cp
 
-    dev = cp.empty(host.shape, dtype=host.dtype)
-    dev.set(np.ascontiguousarray(host))
-    return dev
+    return upload(cp, host)
 
 
 def operands(impl, shape: MlpShape, host: tuple) -> tuple:

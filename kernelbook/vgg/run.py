@@ -34,15 +34,12 @@ def random_inputs(shape: ConvPoolShape, rng: np.random.Generator):
 
 
 def upload(*arrays):
-    """NumPy -> CuPy with ``.set()`` (a copy, no CuPy kernel)."""
+    """NumPy -> CuPy float32 with ``.set()`` (a copy, no CuPy kernel)."""
     import cupy as cp
 
-    out = []
-    for a in arrays:
-        d = cp.empty(a.shape, dtype=cp.float32)
-        d.set(np.ascontiguousarray(a, dtype=np.float32))
-        out.append(d)
-    return out
+    from ..study import upload as copy
+
+    return [copy(cp, np.asarray(a, dtype=np.float32)) for a in arrays]
 
 
 def random_shapes(n: int, rng: np.random.Generator) -> list[ConvPoolShape]:

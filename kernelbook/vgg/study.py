@@ -69,9 +69,6 @@ class VggStudy(Study):
 
         return vendor_runs(sizes, seed)
 
-    def reported_frame(self, step: str):
-        return self.reported_csv(step)
-
     def targets(self) -> list[dict]:
         cuda_fp32 = ["baseline", "weights-shared", "inputs-shared", "weights-registers", "weights-on-the-fly",
                      "two-phase-weights", "register-tiled", "winograd"]
@@ -100,13 +97,9 @@ class VggStudy(Study):
         from ..chapter import load_recorded
         from ..report import find_record
 
-        if not chapter.correct:
+        lines = self.opening_lines(chapter)
+        if lines is None:
             return ["The step failed its correctness check; nothing was timed."]
-        lines = []
-        if chapter.variant == self.steps.steps[-1].slug:  # the final chapter judges the study's targets
-            from ..summary import target_lines
-
-            lines += [f"Target: {line}" for line in target_lines(self)]
         worst = max((c.get("measured") or 0.0 for c in chapter.checks), default=0.0)
         lines.append(f"Accuracy: the worst relative L2 error against float64 over {len(chapter.checks)} checks is "
                      f"{worst:.2e} (limit {chapter.step.impl.tolerance:g}).")
