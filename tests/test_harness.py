@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from kernelbook import harness
-from kernelbook.errors import ShapeError
+from kernelbook.errors import LaunchLimitError, ShapeError
 from kernelbook.measure import Measured
-from kernelbook.steps import Step, StepImpl, StepList
+from kernelbook.steps import Launch, Step, StepImpl, StepList
 from kernelbook.study import Study
 
 
@@ -74,10 +74,33 @@ class Raises(Double):
         raise RuntimeError("the kernel fell over")
 
 
+class Declared(StepImpl):
+    """A step written the new way: its launches as data, nothing launched by hand."""
+
+    defaults = {"threads": 32}
+
+    def launches(self, shape, params):
+        t = params["threads"]
+        return [Launch("double_rows", (shape.b,), (t,), dynamic_smem=4 * t)]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        (x,) = operands
+        return (y, x, shape.n)
+
+    def kernel(self, name, params, problem):
+        def run(grid, block, args, shared_mem=0, stream=None):
+            LAUNCHES.append((name, grid, block, shared_mem))
+            y, x, n = args
+            y[...] = 2 * x
+
+        return run
+
+
 STEPS = StepList("toy", [Step(0, "double", "00_double", "Double", Double),
                          Step(1, "half-written", "01_half_written", "Half written", HalfWritten),
                          Step(2, "rounded", "02_rounded", "Rounded", Rounded),
-                         Step(3, "raises", "03_raises", "Raises", Raises)])
+                         Step(3, "raises", "03_raises", "Raises", Raises),
+                         Step(4, "declared", "04_declared", "Declared", Declared)])
 
 
 class Toy(Study):
@@ -210,3 +233,17 @@ def test_vendor_runs_are_checked_and_timed_with_one_timer():
     ops = [r for r in records if r["metric"] == "op_time_ms"]
     assert len(ops) == 2 and all(r["rel_l2_error"] == 0.0 for r in ops)
     assert [r["metric"] for r in records].count("rel_l2_error") == 2
+
+
+def test_a_step_declared_as_launches_is_checked_launched_and_profiled_from_one_list():
+    impl = STUDY.impl("declared")
+    LAUNCHES.clear()
+    found = harness.check_step(STUDY, impl, impl.params(), 2, 0)
+    assert all(c.passed for c in found) and LAUNCHES[0] == ("double_rows", (1,), (32,), 128)
+    assert impl.kernels_for(impl.params(), Vec(2, 8)) == ("double_rows",)
+    with pytest.raises(LaunchLimitError, match="2048"):
+        impl.validate(Vec(1, 8), impl.params(threads=2048))
+    LAUNCHES.clear()
+    records, rows = STUDY.check(impl, {"short": {"threads": 2048}, "long": {"threads": 2048}}, 0, 0)
+    assert LAUNCHES == [] and all(r["value"] == 0.0 for r in records)
+    assert all("LaunchLimitError" in r["error"] for r in rows)
