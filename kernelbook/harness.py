@@ -100,27 +100,28 @@ def check_step(study, impl, params: dict, n_random: int, seed: int | None) -> li
     """Every ``CheckCase`` of the study for ``impl`` with ``params``: validated before any launch
     (a refusal is a failed check naming the error), the output poisoned with NaN, one launch,
     the verdict. A launch that raises is a failed check, never a crash."""
-    xp = study.array_module()
     rng = np.random.default_rng(seed)
-    out: list[CheckResult] = []
-    for case in study.check_cases(impl, params, n_random, rng):
-        shape = case.shape.as_dict()
-        try:
-            impl.validate(case.shape, params)
-        except KernelbookError as exc:
-            out.append(CheckResult(case.label, shape, False, tolerance=impl.tolerance, error=_error(exc)))
-            continue
-        try:
-            operands = study.operands(impl, case.shape, case.host)
-            y = xp.full(case.shape.y_shape, xp.nan, dtype="float32")
-            impl.launch(y, *operands, case.shape, params)
-            _synchronize(xp)
-            got = _to_host(y)
-        except Exception as exc:  # noqa: BLE001 - a failed launch is a failed check, shown as such
-            out.append(CheckResult(case.label, shape, False, tolerance=impl.tolerance, error=_error(exc)))
-            continue
-        out.append(study.judge(impl, got, case))
-    return out
+    return [check_one(study, impl, params, case) for case in study.check_cases(impl, params, n_random, rng)]
+
+
+def check_one(study, impl, params: dict, case: CheckCase) -> CheckResult:
+    """One ``CheckCase``: validate, poison, launch once, judge (a refusal or a raising launch is a
+    failed check that names the error)."""
+    xp = study.array_module()
+    shape = case.shape.as_dict()
+    try:
+        impl.validate(case.shape, params)
+    except KernelbookError as exc:
+        return CheckResult(case.label, shape, False, tolerance=impl.tolerance, error=_error(exc))
+    try:
+        operands = study.operands(impl, case.shape, case.host)
+        y = xp.full(case.shape.y_shape, xp.nan, dtype="float32")
+        impl.launch(y, *operands, case.shape, params)
+        _synchronize(xp)
+        got = _to_host(y)
+    except Exception as exc:  # noqa: BLE001 - a failed launch is a failed check, shown as such
+        return CheckResult(case.label, shape, False, tolerance=impl.tolerance, error=_error(exc))
+    return study.judge(impl, got, case)
 
 
 def judge(impl, got: np.ndarray, case: CheckCase) -> CheckResult:

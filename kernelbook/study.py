@@ -207,17 +207,6 @@ class Study:
         """Sentences that judge a chapter from its own records (the study's own view)."""
         return []
 
-    def opening_lines(self, chapter) -> list[str] | None:
-        """What every study's verdict starts with: None when the step failed its checks (then
-        the one line saying so is the verdict), else the targets on the study's final step."""
-        if not chapter.correct:
-            return None
-        if chapter.variant != self.steps.steps[-1].slug:
-            return []
-        from .summary import target_lines
-
-        return [f"Target: {line}" for line in target_lines(self)]
-
     def reported_frame(self, step: str):
         """The write-ups' rows for ``step`` (default: ``data/reported/<study>.csv``)."""
         return self.reported_csv(step)

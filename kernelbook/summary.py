@@ -155,6 +155,16 @@ def evaluate_targets(study) -> list[dict]:
     return out
 
 
+def opening_lines(study, chapter) -> list[str] | None:
+    """What a study's verdict starts with: None when the step failed its checks (then the one line
+    saying so is the verdict), else the targets on the study's final step."""
+    if not chapter.correct:
+        return None
+    if chapter.variant != study.steps.steps[-1].slug:
+        return []
+    return [f"Target: {line}" for line in target_lines(study)]
+
+
 def target_lines(study) -> list[str]:
     lines = []
     for t in evaluate_targets(study):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import CheckResult
 from ..errors import KernelbookError
 from .problem import ConvShape, layer_shape
 
@@ -25,22 +24,22 @@ def network_shapes(batch: int = 3) -> dict[str, ConvShape]:
     return {"C1": layer_shape("C1", batch), "C3": layer_shape("C3", batch)}
 
 
-def check_cases(impl, params: dict, n_random: int, rng: np.random.Generator) -> list:
-    """The network's two layers (batch 3) plus ``n_random`` random shapes the step accepts, each
-    with fresh inputs in [-1, 1) and its float64 reference."""
+def check_case(label: str, shape: ConvShape, rng: np.random.Generator):
+    """One problem with fresh inputs in [-1, 1) and its float64 reference."""
     from ..harness import CheckCase
     from .reference import conv2d_reference
 
+    x = rng.uniform(-1.0, 1.0, size=shape.x_shape).astype(np.float32)
+    k = rng.uniform(-1.0, 1.0, size=shape.k_shape).astype(np.float32)
+    return CheckCase(label, shape, (x, k), lambda: conv2d_reference(x.astype(np.float64), k.astype(np.float64)))
+
+
+def check_cases(impl, params: dict, n_random: int, rng: np.random.Generator) -> list:
+    """The network's two layers (batch 3) plus ``n_random`` random shapes the step accepts, each
+    with fresh inputs in [-1, 1) and its float64 reference."""
     shapes = list(network_shapes().items())
     drawn = attempts = 0
-    cases = []
-
-    def case(label, shape):
-        x = rng.uniform(-1.0, 1.0, size=shape.x_shape).astype(np.float32)
-        k = rng.uniform(-1.0, 1.0, size=shape.k_shape).astype(np.float32)
-        return CheckCase(label, shape, (x, k), lambda: conv2d_reference(x.astype(np.float64), k.astype(np.float64)))
-
-    cases = [case(label, shape) for label, shape in shapes]
+    cases = [check_case(label, shape, rng) for label, shape in shapes]
     while drawn < n_random and attempts < 50 * max(n_random, 1):
         attempts += 1
         shape = random_shape(rng)
@@ -48,15 +47,6 @@ def check_cases(impl, params: dict, n_random: int, rng: np.random.Generator) -> 
             impl.validate(shape, params)
         except KernelbookError:
             continue  # outside this step's limits: not a valid input for it
-        cases.append(case("random", shape))
+        cases.append(check_case("random", shape, rng))
         drawn += 1
     return cases
-
-
-def check_variant(impl, params: dict, n_random: int = 8, seed: int | None = None) -> list[CheckResult]:
-    """The network's two layers plus ``n_random`` random shapes the step accepts (the harness's
-    checks of this study, by step)."""
-    from ..harness import check_step
-    from .study import STUDY
-
-    return check_step(STUDY, impl, params, n_random, seed)

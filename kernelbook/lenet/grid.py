@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import results
+from .. import harness, results
 from .. import session as session_mod
 from ..errors import KernelbookError, ParameterError, ResultsError
 from ..measure import check_repeats, time_gpu
@@ -100,7 +100,7 @@ def _measure_grid(impl, configs, merged, metric, sizes, repeats, warmup, weights
             except KernelbookError as exc:
                 verdicts[layer] = f"refused: {exc.message}"
                 continue
-            result = checks.check_shape(impl, params, shape, rng, layer)
+            result = harness.check_one(STUDY, impl, params, checks.check_case(layer, shape, rng))
             verdicts[layer] = "ok" if result.passed else f"failed check: {result.error or result.rel_l2_error}"
         for batch in sizes:
             x_dev = cp.asarray(np.ascontiguousarray(images[:batch]))

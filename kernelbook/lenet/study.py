@@ -153,3 +153,11 @@ def inputs(n: int, weights_path: str | None):
     weights = read_weights(path)
     images, labels = load_test_set(n=n)
     return images, labels, weights
+
+
+def check_variant(impl, params: dict, n_random: int = 8, seed: int | None = None):
+    """The network's two layers plus ``n_random`` random shapes the step accepts (the harness's
+    checks of this study, by step)."""
+    from ..harness import check_step
+
+    return check_step(STUDY, impl, params, n_random, seed)

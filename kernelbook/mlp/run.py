@@ -10,8 +10,8 @@ CUDA-graph replays); weights are packed and kernels compiled before. ``time_with
 adds the host-to-device copy of x (from pinned memory) in front of the same launch
 (``case_records``). The vendor rows (``vendor_runs``) are PyTorch's three nn.Linear + ReLU.
 
-``check_step``, ``measure_step``, ``measure_vendor`` and ``launch_once`` are the harness's loops
-on this study, for scripts and tests that name a step.
+The harness's loops on this study, by step name (``check_step``, ``measure_step``,
+``measure_vendor``, ``launch_once``), are in ``study.py`` beside the study object.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ import numpy as np
 from .. import checks, harness
 from ..checks import CheckResult
 from ..study import upload
-from . import STEPS, require_gpu
 from .data import load_weights, make_signals, make_weights
-from .problem import CASES, MlpShape, case_columns
+from .problem import MlpShape, case_columns
 from .reference import HALF_THRESHOLD, forward32, forward64, rel_l2, scaled_abs_diff
 
 FIXED_COLUMNS = (1, 31, 33, 12799, 12800)
@@ -139,46 +138,3 @@ def vendor_runs(cases, seed: int = 0):
                 yield harness.VendorRun(variant, case, shape.N, shape, call, accuracy, graph=True)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old_tf32
-
-
-# ---------------------------------------------------------------- the harness's loops, by step name
-
-
-def check_step(slug: str, params: dict | None = None, n_random: int = 6, seed: int | None = None
-               ) -> list[CheckResult]:
-    """The step against float64 on N in FIXED_COLUMNS plus ``n_random`` random N (2..20000)."""
-    from .study import STUDY
-
-    require_gpu()
-    impl = STEPS.impl(slug)
-    return harness.check_step(STUDY, impl, impl.params(**(params or {})), n_random, seed)
-
-
-def measure_step(slug: str, params: dict | None = None, cases=("5x5", "100x100"), repeats: int = 20,
-                 warmup: int = 3) -> list[dict]:
-    """Records op_time_ms, time_with_upload_ms, scaled_abs_diff and rel_l2_error per case."""
-    from .study import STUDY
-
-    require_gpu()
-    impl = STEPS.impl(slug)
-    merged = impl.params(**(params or {}))
-    return harness.measure(STUDY, impl, {case: merged for case in STUDY.cases}, list(cases), repeats, warmup, {})
-
-
-def measure_vendor(cases=("5x5", "100x100"), repeats: int = 20, warmup: int = 3) -> list[dict]:
-    from .study import STUDY
-
-    require_gpu()
-    return harness.vendor(STUDY, list(cases), repeats, warmup)
-
-
-def launch_once(slug: str, case: str, params: dict | None = None):
-    """Prepare, and return a callable that launches the step once for a test case."""
-    from .study import STUDY
-
-    require_gpu()
-    impl = STEPS.impl(slug)
-    return harness.launch_once(STUDY, slug, case, None, impl.params(**(params or {})))
-
-
-__all__ = ["CASES", "VENDOR_VARIANTS", "check_step", "launch_once", "measure_step", "measure_vendor"]

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 
 
+from .. import harness
+from ..checks import CheckResult
 from ..study import Column, Study
+from . import require_gpu
 from .problem import CASES, MlpShape
 from .steps import STEPS
 
@@ -145,7 +148,9 @@ class MlpStudy(Study):
     def expectations(self, chapter) -> list[str]:
         from ..report import find_record, format_ms
 
-        lines = self.opening_lines(chapter)
+        from ..summary import opening_lines
+
+        lines = opening_lines(self, chapter)
         if lines is None:
             return ["The step failed its correctness check; nothing was timed."]
         measure = "scaled absolute difference against the CPU float32 result" if chapter.step.impl.precision == "fp16" \
@@ -175,3 +180,37 @@ class MlpStudy(Study):
 
 
 STUDY = MlpStudy()
+
+
+# ---------------------------------------------------------------- the harness's loops, by step name
+
+
+def check_step(slug: str, params: dict | None = None, n_random: int = 6, seed: int | None = None
+               ) -> list[CheckResult]:
+    """The step against float64 on N in FIXED_COLUMNS plus ``n_random`` random N (2..20000)."""
+    require_gpu()
+    impl = STEPS.impl(slug)
+    return harness.check_step(STUDY, impl, impl.params(**(params or {})), n_random, seed)
+
+
+def measure_step(slug: str, params: dict | None = None, cases=("5x5", "100x100"), repeats: int = 20,
+                 warmup: int = 3) -> list[dict]:
+    """Records op_time_ms, time_with_upload_ms, scaled_abs_diff and rel_l2_error per case."""
+    require_gpu()
+    impl = STEPS.impl(slug)
+    merged = impl.params(**(params or {}))
+    return harness.measure(STUDY, impl, {case: merged for case in STUDY.cases}, list(cases), repeats, warmup, {})
+
+
+def measure_vendor(cases=("5x5", "100x100"), repeats: int = 20, warmup: int = 3) -> list[dict]:
+    require_gpu()
+    return harness.vendor(STUDY, list(cases), repeats, warmup)
+
+
+def launch_once(slug: str, case: str, params: dict | None = None):
+    """Prepare, and return a callable that launches the step once for a test case."""
+    require_gpu()
+    impl = STEPS.impl(slug)
+    return harness.launch_once(STUDY, slug, case, None, impl.params(**(params or {})))
+
+

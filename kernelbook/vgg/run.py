@@ -6,17 +6,16 @@
                      take minutes)
 - ``vendor_runs``    cuDNN through PyTorch: conv2d + bias, ReLU, max_pool2d in FP32, TF32, FP16
 
-``check_step``, ``measure_step``, ``measure_vendor`` and ``launch_once`` are the harness's loops
-on this study, for scripts and tests that name a step.
+The harness's loops on this study, by step name (``check_step``, ``measure_step``,
+``measure_vendor``, ``launch_once``), are in ``study.py`` beside the study object.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import checks, harness
+from .. import harness
 from ..errors import ParameterError
-from . import STEPS, require_gpu
 from .problem import CASES, ConvPoolShape
 from .reference import reference, reference_at
 
@@ -138,54 +137,3 @@ def vendor_runs(cases, seed: int = 0, variants=None):
 
 
 VENDOR_VARIANTS = ("cudnn-fp32", "cudnn-tf32", "cudnn-fp16")
-
-
-# ---------------------------------------------------------------- the harness's loops, by step name
-
-
-def _study(full_case: str | None = "B1"):
-    import copy
-
-    from .study import STUDY
-
-    if full_case == STUDY.full_case:
-        return STUDY
-    study = copy.copy(STUDY)
-    study.full_case = full_case
-    return study
-
-
-def check_step(slug: str, params: dict | None = None, n_random: int = 6, seed: int | None = None,
-               full_case: str | None = "B1") -> list[checks.CheckResult]:
-    """Float64 checks of one step; a launch that raises is a failed check, never a crash."""
-    impl = STEPS.impl(slug)
-    merged = impl.params(**(params or {}))
-    require_gpu()
-    return harness.check_step(_study(full_case), impl, merged, n_random, seed)
-
-
-def measure_step(slug: str, params: dict | None = None, cases=("B1",), repeats: int = 20, warmup: int = 3
-                 ) -> list[dict]:
-    """``op_time_ms`` (median of CUDA-graph replays) and ``gflops`` per case."""
-    from .study import STUDY
-
-    impl = STEPS.impl(slug)
-    merged = impl.params(**(params or {}))
-    require_gpu()
-    return harness.measure(STUDY, impl, {case: merged for case in STUDY.cases}, list(cases), repeats, warmup, {})
-
-
-def measure_vendor(cases=("B1",), repeats: int = 20, warmup: int = 3) -> list[dict]:
-    from .study import STUDY
-
-    require_gpu()
-    return harness.vendor(STUDY, list(cases), repeats, warmup)
-
-
-def launch_once(slug: str, case="B1", params: dict | None = None, seed: int = 0):
-    """One launch of the step and nothing else (a clean target for Nsight Compute)."""
-    from .study import STUDY
-
-    impl = STEPS.impl(slug)
-    require_gpu()
-    return harness.launch_once(STUDY, slug, case, None, impl.params(**(params or {})), seed)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 
 
+from .. import checks, harness
 from ..study import Column, Study
 from .problem import CASES
+from . import require_gpu
 from .steps import STEPS
 
 NAME = "vgg"
@@ -97,7 +99,9 @@ class VggStudy(Study):
         from ..chapter import load_recorded
         from ..report import find_record
 
-        lines = self.opening_lines(chapter)
+        from ..summary import opening_lines
+
+        lines = opening_lines(self, chapter)
         if lines is None:
             return ["The step failed its correctness check; nothing was timed."]
         worst = max((c.get("measured") or 0.0 for c in chapter.checks), default=0.0)
@@ -132,3 +136,46 @@ class VggStudy(Study):
 
 
 STUDY = VggStudy()
+
+
+# ---------------------------------------------------------------- the harness's loops, by step name
+
+
+def _study(full_case: str | None = "B1"):
+    import copy
+
+    if full_case == STUDY.full_case:
+        return STUDY
+    study = copy.copy(STUDY)
+    study.full_case = full_case
+    return study
+
+
+def check_step(slug: str, params: dict | None = None, n_random: int = 6, seed: int | None = None,
+               full_case: str | None = "B1") -> list[checks.CheckResult]:
+    """Float64 checks of one step; a launch that raises is a failed check, never a crash."""
+    impl = STEPS.impl(slug)
+    merged = impl.params(**(params or {}))
+    require_gpu()
+    return harness.check_step(_study(full_case), impl, merged, n_random, seed)
+
+
+def measure_step(slug: str, params: dict | None = None, cases=("B1",), repeats: int = 20, warmup: int = 3
+                 ) -> list[dict]:
+    """``op_time_ms`` (median of CUDA-graph replays) and ``gflops`` per case."""
+    impl = STEPS.impl(slug)
+    merged = impl.params(**(params or {}))
+    require_gpu()
+    return harness.measure(STUDY, impl, {case: merged for case in STUDY.cases}, list(cases), repeats, warmup, {})
+
+
+def measure_vendor(cases=("B1",), repeats: int = 20, warmup: int = 3) -> list[dict]:
+    require_gpu()
+    return harness.vendor(STUDY, list(cases), repeats, warmup)
+
+
+def launch_once(slug: str, case="B1", params: dict | None = None, seed: int = 0):
+    """One launch of the step and nothing else (a clean target for Nsight Compute)."""
+    impl = STEPS.impl(slug)
+    require_gpu()
+    return harness.launch_once(STUDY, slug, case, None, impl.params(**(params or {})), seed)
