@@ -205,7 +205,7 @@ def measure(study, impl, case_params: dict[str, dict], sizes: list, repeats: int
         for metric, value, unit in study.case_records(impl, case, shape, params, operands, run, output, op, context,
                                                       time):
             records.append(results.record(study.name, impl.slug, case, batch, metric, value, unit, **common))
-        del y, operands
+        del y, operands, run, output  # free the device buffers before the next problem
         last = size
         if index + 1 == len(pairs) or pairs[index + 1][1] != size:
             for case_name, metric, value, unit in study.size_records(impl, last, context, time):
