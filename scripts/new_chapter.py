@@ -56,8 +56,14 @@ def renew_parameters(path: Path, study_name: str, study, step) -> bool:
     if not found:
         raise SystemExit(f"{path}: no cell tagged parameters")
     old = found.group(2).splitlines()
-    sizes = {study.size_name}
-    extra = [line for line in old if _name(line) and _name(line) not in STANDARD + tuple(sizes)]
+    statements: list[list[str]] = []   # a statement and its continuation lines (a list over lines)
+    for line in old:
+        if _name(line) and not line[:1].isspace() or not statements:
+            statements.append([line])
+        else:
+            statements[-1].append(line)
+    extra = [line for statement in statements if _name(statement[0]) not in STANDARD + (study.size_name, "")
+             for line in statement]
     template_cell = CELL.search(fill(TEMPLATE.read_text(), study_name, study, step, extra)).group(2)
     params_line = next((line for line in old if _name(line) == "params"), None)
     if params_line is not None:
