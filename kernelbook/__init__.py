@@ -6,6 +6,7 @@ The core knows no study:
 - ``session``, ``results``            measure or replay (``recorded``), and the store of recorded runs
 - ``kernels``, ``limits``, ``params`` building kernels, launch limits, notebook parameter checks
 - ``checks``, ``measure``             float64 checks with poisoned outputs; CUDA-event / graph timing
+- ``harness``                         the one loop that checks, times, records and builds the profilers' launch
 - ``report``, ``plots``, ``summary``  tables, figures and the closing chapter, from records only
 - ``evidence``                        compiler, Nsight Compute, ceilings, vendor library, floor, roofline, sanitizer
 - ``toc``, ``batch``, ``build``, ``compare``, ``cli``   the papermill batch, the strict build, the command line

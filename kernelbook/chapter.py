@@ -139,16 +139,26 @@ class Chapter(session_mod.RecordingView):
 
 
 def run_chapter(study: Study, step: str, params: dict | None = None, case_params: dict | None = None,
-                sizes=None, repeats: int = 10, warmup: int = 2, mode: str = "auto", run_id: str | None = None,
-                replay_run: str | None = None, check_shapes: int = 8, seed: int | None = None,
-                **options) -> Chapter:
-    """Measure (on a GPU) or replay (without one) one step's chapter; every value is checked first."""
+                sizes=None, repeats: int | None = None, warmup: int | None = None, mode: str = "auto",
+                run_id: str | None = None, replay_run: str | None = None, check_shapes: int | None = None,
+                seed: int | None = None, **options) -> Chapter:
+    """Measure (on a GPU) or replay (without one) one step's chapter; every value is checked first.
+
+    ``sizes``, ``repeats``, ``warmup`` and ``check_shapes`` left as None are the study's (one
+    place: ``Study.default_sizes``, ``Study.repeats``, ``Study.warmup``, ``Study.check_shapes``),
+    so every step of a study is timed the same way. A replay warns only about the values the
+    reader gave (a value left to the study is whatever the recording was made with)."""
     entry = study.steps.get(step)
     impl = study.impl(step)
     merged = study.case_params(impl, params, case_params)
+    given = {name: value for name, value in (("sizes", sizes), ("repeats", repeats), ("warmup", warmup),
+                                             ("check_shapes", check_shapes)) if value is not None}
     chosen = study.sizes(list(study.default_sizes) if sizes is None else sizes)
+    repeats = study.repeats if repeats is None else repeats
+    warmup = study.warmup if warmup is None else warmup
+    check_shapes = study.check_shapes if check_shapes is None else check_shapes
     check_repeats(repeats, warmup)
-    P.non_negative_int("check_shapes", check_shapes, "8")
+    P.non_negative_int("check_shapes", check_shapes, str(study.check_shapes))
     if check_shapes > 1000:
         raise P.ParameterError(f"check_shapes={check_shapes!r} exceeds the largest allowed, 1000.",
                                "pass at most check_shapes=1000.")
@@ -158,6 +168,10 @@ def run_chapter(study: Study, step: str, params: dict | None = None, case_params
                   study.case_params_name: P.mapping(study.case_params_name, case_params),
                   study.size_name: chosen, "repeats": repeats, "warmup": warmup,
                   "check_shapes": check_shapes, "seed": seed, **shown_value(extra_options)}  # no absolute paths
+    asked = {name: value for name, value in parameters.items()
+             if name not in ("repeats", "warmup", "check_shapes", study.size_name, "params", study.case_params_name)
+             or name in given or (name == study.size_name and "sizes" in given)
+             or (name in ("params", study.case_params_name) and value)}
 
     def measure() -> session_mod.Measurement:
         records, check_rows = study.check(impl, merged, check_shapes, seed)
@@ -166,7 +180,7 @@ def run_chapter(study: Study, step: str, params: dict | None = None, case_params
         return session_mod.Measurement(records, check_rows)
 
     recording = session_mod.recorded(study.part(entry.slug), study.name, measure, parameters=parameters,
-                                     mode=mode, run_id=run_id, replay_run=replay_run)
+                                     mode=mode, run_id=run_id, replay_run=replay_run, compare=asked)
     return Chapter(study, entry, recording)
 
 

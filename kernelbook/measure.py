@@ -141,3 +141,47 @@ def _capture(fn: Callable[[], object], warmup: int):
         cp.cuda.Device().synchronize()
         return None
     return (lambda: graph.launch(stream)), stream
+
+
+def time_torch(fn: Callable[[], object], repeats: int = 10, warmup: int = 2, graph: bool = False,
+               timing: str | None = None) -> Measured:
+    """Time a PyTorch call (a vendor library) with CUDA events, in milliseconds: the one timer of
+    every study's library comparison.
+
+    Eager (``graph=False``): warm-up calls (cuDNN's ``benchmark`` mode picks its algorithm
+    there), then one pair of events around each call; labelled ``torch-events``. With ``graph``
+    the call is captured once into a ``torch.cuda.CUDAGraph`` after a warm-up on a side stream
+    and the replays are timed (``cuda-graph``); a call that cannot be captured is timed eagerly
+    and says so. ``timing`` is accepted for the same signature as ``time_gpu`` and ignored.
+    """
+    import torch
+
+    check_repeats(repeats, warmup)
+    call, label = fn, "torch-events"
+    if graph:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(max(warmup, 1)):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        try:
+            captured = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured):
+                fn()
+            call, label = captured.replay, "cuda-graph"
+        except Exception:  # noqa: BLE001 - fall back to eager calls, said in the label
+            torch.cuda.synchronize()
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    samples = []
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(repeats):
+        start.record()
+        call()
+        stop.record()
+        stop.synchronize()
+        samples.append(float(start.elapsed_time(stop)))
+    return Measured(samples, unit="ms", extra={"timing": label})

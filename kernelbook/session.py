@@ -211,7 +211,17 @@ def _replay_run(part: str, replay_run: str | None, prefer_run: str | None) -> re
     return results.run_with(part, prefer_run)
 
 
-def recorded(part: str, study: str, measure: Callable[[], Measurement], *, parameters: dict,
+def _takes_progress(measure: Callable) -> bool:
+    """Whether ``measure`` accepts a ``progress`` writer (one positional parameter)."""
+    import inspect
+
+    try:
+        return len(inspect.signature(measure).parameters) == 1
+    except (TypeError, ValueError):
+        return False
+
+
+def recorded(part: str, study: str, measure: Callable[..., Measurement], *, parameters: dict,
              mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
              prefer_run: str | None = None, available: Callable[[], tuple[bool, str]] | None = None,
              required: bool = True, compare: dict | None = None) -> Recording:
@@ -227,6 +237,8 @@ def recorded(part: str, study: str, measure: Callable[[], Measurement], *, param
       from the recording's are listed in ``mismatches`` and reported to the batch.
     - ``required``: with nothing recorded, raise (a chapter) or return an empty Recording with a
       status (evidence that is shown when present).
+    - ``measure`` may take one argument, ``progress(records, checks, extra)``: it writes the part
+      as measured so far (a long measurement that is killed keeps what finished).
     """
     mode, reason = resolve_mode(mode)
     status = ""
@@ -235,8 +247,17 @@ def recorded(part: str, study: str, measure: Callable[[], Measurement], *, param
         if not ok:
             mode, reason, status = "replay", why, f"Not measured now: {why}."
     if mode == "measure":
-        run = results.create_run(provenance.manifest_fields(gpu.device_info(), parameters), run_id=run_id or None)
-        got = measure()
+        # A run holds many parts, each with its own parameters in its own file; the manifest says
+        # where the run was made, not which notebook happened to create it.
+        run = results.create_run(provenance.manifest_fields(gpu.device_info()), run_id=run_id or None)
+        if _takes_progress(measure):
+            def progress(records: list[dict], checks: list[dict] | None = None, extra: dict | None = None):
+                """Write what is measured so far (a long measurement killed later keeps it)."""
+                return run.write_part(part, study, records, checks or [], extra or {}, parameters=parameters)
+
+            got = measure(progress)
+        else:
+            got = measure()
         run.write_part(part, study, got.records, got.checks, got.extra, parameters=parameters)
         return Recording(part, Session(part, "measure", run, reason), got.records, got.checks, got.extra,
                          parameters, status or "Measured now.")

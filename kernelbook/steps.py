@@ -16,7 +16,29 @@ A slug that names no step is an error that lists the valid ones.
 A step's implementation is a ``StepImpl``: its parameters (``defaults``), what it accepts
 (``validate``, called before any launch) and how it launches. How a launch's arguments look is
 the study's business (a convolution takes ``x`` and ``k``, an MLP ``x`` and six weight arrays);
-the harness only needs ``params``, ``validate``, ``prepare`` and the class attributes.
+the harness calls ``impl.launch(y, *operands, problem, params)`` and needs ``params``,
+``validate``, ``prepare`` and the class attributes.
+
+A new step declares its launches once, as data: ``launches(problem, params) -> [Launch]`` (kernel,
+grid, block, shared memory, launch bounds) and ``launch_args(launch, y, operands, problem, params)``.
+From that one list the core derives the limit checks (``validate``, before any launch), what is
+compiled (``prepare``), which kernels the profilers and the compiler report look at
+(``kernels_for``) and the launch itself (``launch``)::
+
+    class Tiled(ConvStep):
+        kernel_names = ("conv_tiled",)
+        defaults = {"tile": 16}
+
+        def launches(self, shape, params):
+            t = params["tile"]
+            return [Launch("conv_tiled", (ceil_div(shape.W_out, t), ceil_div(shape.H_out, t), shape.B),
+                           (t, t, 1), dynamic_smem=4 * t * t)]
+
+        def launch_args(self, launch, y, operands, shape, params):
+            x, k = operands
+            return (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K))
+
+(Steps written before this rule describe their launches in their own ``launch``/``validate``.)
 """
 
 from __future__ import annotations
@@ -32,6 +54,19 @@ STEM = re.compile(r"^(\d{2})_[a-z0-9_]+$")
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of a step, as data: read by the limit checks, the compiler, the profilers
+    and the launch alike (``StepImpl.launches``)."""
+
+    kernel: str
+    grid: tuple
+    block: tuple
+    dynamic_smem: int = 0       # bytes of dynamic shared memory
+    static_smem: int = 0        # bytes of static shared memory (as ptxas reports it), for the limit check
+    min_blocks: int = 0         # __launch_bounds__ minimum blocks per SM (0: none)
+
+
 class StepImpl:
     """Base of every step's implementation. Subclasses set the class attributes and ``launch``."""
 
@@ -45,6 +80,12 @@ class StepImpl:
     #: products per product, for FP32 accuracy). ``math_for`` answers per problem.
     math: ClassVar[str] = "fp32"
     step: "Step"                          # set by StepList
+    step_list: "StepList"                 # set by StepList: the study's steps, for ``other``
+
+    def other(self, slug: str) -> "StepImpl":
+        """Another step of the same study (a step that hands a case to an earlier step's kernel
+        asks for it here, so no step module imports the step list that imports it)."""
+        return self.step_list.impl(slug)
 
     @property
     def slug(self) -> str:
@@ -74,8 +115,49 @@ class StepImpl:
         """Compile-time parameters (``-D``) for ``params`` and ``problem``."""
         return {}
 
+    # ------------------------------------------------------------------ launches as data
+
+    def launches(self, problem, params: dict) -> list[Launch] | None:
+        """The step's launches for ``problem``, in order (None: the step launches by hand)."""
+        return None
+
+    def launch_args(self, launch: Launch, y, operands: tuple, problem, params: dict) -> tuple:
+        """The kernel arguments of one of ``launches`` (a step that declares launches says)."""
+        raise NotImplementedError(f"step {self.slug!r} declares launches but not their launch_args()")
+
+    def check_launches(self, problem, params: dict) -> None:
+        """Refuse, before any launch, a declared launch the device cannot run."""
+        from . import limits
+
+        for launch in self.launches(problem, params) or []:
+            what = f"Step {self.slug!r}: {launch.kernel}"
+            limits.check_launch(launch.grid, launch.block, launch.dynamic_smem, launch.static_smem, what=what)
+            if launch.min_blocks:
+                block = launch.block if isinstance(launch.block, tuple) else (launch.block,)
+                threads = 1
+                for size in block:
+                    threads *= size
+                limits.check_launch_bounds(threads, launch.min_blocks, what=what)
+
+    def launch(self, y, *operands_problem_params, stream=None) -> None:
+        """Enqueue the declared launches: ``launch(y, *operands, problem, params)``."""
+        *operands, problem, params = operands_problem_params
+        declared = self.launches(problem, params)
+        if declared is None:
+            raise NotImplementedError(f"step {self.slug!r} declares no launches and has no launch()")
+        from .limits import H100
+
+        for launch in declared:
+            kernel = self.kernel(launch.kernel, params, problem)
+            if launch.dynamic_smem > H100.static_smem_per_block:  # beyond the default a kernel must opt in
+                kernel.max_dynamic_shared_size_bytes = launch.dynamic_smem
+            kernel(launch.grid, launch.block, self.launch_args(launch, y, tuple(operands), problem, params),
+                   shared_mem=launch.dynamic_smem, stream=stream)
+
     def validate(self, problem, params: dict) -> None:
-        """Raise ``ParameterError``/``ShapeError``/``LaunchLimitError``; called before any launch."""
+        """Raise ``ParameterError``/``ShapeError``/``LaunchLimitError``; called before any launch.
+        (Default: the declared launches' limits; a step adds its own parameter checks first.)"""
+        self.check_launches(problem, params)
 
     def math_for(self, params: dict, problem) -> str:
         return self.math
@@ -83,7 +165,8 @@ class StepImpl:
     def kernels_for(self, params: dict, problem) -> tuple[str, ...] | None:
         """The kernels a launch for ``problem`` runs (None: every kernel of the build). A file may
         hold kernels of other paths that compile as stubs; their resources are no evidence."""
-        return None
+        declared = self.launches(problem, params)
+        return tuple(dict.fromkeys(launch.kernel for launch in declared)) if declared else None
 
     def source_for(self, params: dict, problem) -> str:
         """The ``.cu`` file whose kernels run for ``problem`` (a step may hand a case to an earlier
@@ -97,7 +180,8 @@ class StepImpl:
 
     def prepare(self, params: dict, problem) -> None:
         """Compile everything ``launch`` needs for ``problem``, so compiling stays out of timings."""
-        for name in self.kernel_names:
+        declared = self.launches(problem, params)
+        for name in dict.fromkeys(launch.kernel for launch in declared) if declared else self.kernel_names:
             self.kernel(name, params, problem)
 
 
@@ -150,6 +234,7 @@ class StepList:
         for step in fixed:
             impl = step.impl()
             impl.step = step
+            impl.step_list = self
             self._impls[step.slug] = impl
 
     def __iter__(self) -> Iterator[Step]:

@@ -42,10 +42,18 @@ class Study:
     rows: ClassVar[str] = "sizes"              # milestone rows: one per size, or one per case ("cases")
     sanitizer_size: ClassVar[int] = 4          # the size compute-sanitizer launches (small: it is slow)
     default_sizes: ClassVar[tuple[int, ...]] = ()
+    # How every step of the study is timed and checked, unless a reader passes other values (the
+    # notebooks' parameter cells leave these as None): one place, the same for every step.
+    repeats: ClassVar[int] = 20                # timed repetitions (median reported, min-max shown)
+    warmup: ClassVar[int] = 3                  # untimed runs first (module load, first-launch costs)
+    check_shapes: ClassVar[int] = 6            # random shapes checked against float64 besides the fixed ones
     max_size: ClassVar[int | None] = None
     time_metric: ClassVar[str] = "op_time_ms"  # the metric steps are compared by
     rate_unit: ClassVar[str] = "GFLOP/s"
     vendor_name: ClassVar[str] = "vendor"      # part name suffix of the vendor-library timings
+    #: Vendor row names of runs recorded before rows were named ``<library>-<precision>[-<layout>]``,
+    #: mapped to today's names when a recording is read (the recorded data is never rewritten).
+    old_vendor_names: ClassVar[dict[str, str]] = {}
     profile_size: ClassVar[int] = 1000         # the size Nsight Compute and the sanitizer launch
 
     # ------------------------------------------------------------------ derived
@@ -84,16 +92,7 @@ class Study:
 
     def reported_csv(self, step: str | None = None):
         """The write-ups' numbers for the study (``data/reported/<study>.csv``), optionally one step's."""
-        import pandas as pd
-
-        from . import paths
-        from .errors import DataError
-
-        path = paths.data_dir() / "reported" / f"{self.name}.csv"
-        if not path.is_file():
-            raise DataError(f"{path} is missing.", "restore it with `git checkout -- data/reported/`.")
-        frame = pd.read_csv(path)
-        return frame[frame["step"] == step].reset_index(drop=True) if step else frame
+        return reported_csv(self.name, step)
 
     def case_params(self, impl: StepImpl, params: dict | None, case_params: dict | None) -> dict[str, dict]:
         """Each case's parameters: the step's defaults, under ``params``, under ``case_params[case]``."""
@@ -116,14 +115,74 @@ class Study:
         """The problem of ``case`` at ``size``: an object with ``flops``, ``min_bytes``, ``as_dict()``."""
         raise NotImplementedError
 
-    def check(self, impl: StepImpl, case_params: dict[str, dict], n_random: int, seed: int | None):
-        """Float64 checks: returns ``(records, check rows)``; records hold one ``correct`` per case."""
+    # ------------------------------------------------------------------ what the harness asks
+    # (kernelbook.harness runs the loops; a study says what its problem is)
+
+    def array_module(self):
+        """The array module outputs live in (CuPy; a test's toy study may hand NumPy)."""
+        import cupy
+
+        return cupy
+
+    def inputs(self, impl: StepImpl, shape, rng, case: str | None = None) -> tuple:
+        """Host input arrays for one problem (drawn from ``rng``, or the study's data)."""
         raise NotImplementedError
 
-    def measure(self, impl: StepImpl, case_params: dict[str, dict], sizes: list[int], repeats: int,
+    def operands(self, impl: StepImpl, shape, host: tuple) -> tuple:
+        """The device operands of ``impl.launch(y, *operands, shape, params)`` for host inputs
+        (default: each array copied to the device, no kernel launched)."""
+        xp = self.array_module()
+        return tuple(upload(xp, a) for a in host)
+
+    def check_cases(self, impl: StepImpl, params: dict, n_random: int, rng) -> list:
+        """The problems a step is checked on (``harness.CheckCase``: inputs and float64 reference)."""
+        raise NotImplementedError
+
+    def judge(self, impl: StepImpl, got, case):
+        """The verdict on one checked output (default: relative L2 error against float64)."""
+        from .harness import judge
+
+        return judge(impl, got, case)
+
+    def timing_context(self, impl: StepImpl, case_params: dict, sizes: list, options: dict):
+        """What the timed problems share (data sets, a network), made once per chapter."""
+        return None
+
+    def timed_operands(self, impl: StepImpl, case: str, size, shape, context) -> tuple:
+        """The device operands a timed launch runs on (default: ``inputs`` drawn with seed 0)."""
+        import numpy as np
+
+        return self.operands(impl, shape, self.inputs(impl, shape, np.random.default_rng(0), case))
+
+    def case_records(self, impl: StepImpl, case: str, shape, params: dict, operands: tuple, run, output, op,
+                     context, time) -> list[tuple]:
+        """Further ``(metric, value, unit)`` of a timed problem beside ``op_time_ms``: ``run()``
+        launches once, ``output()`` poisons, launches and returns the output on the host,
+        ``time(fn)`` times with the chapter's timer."""
+        return []
+
+    def size_records(self, impl: StepImpl, size, context, time) -> list[tuple]:
+        """``(case, metric, value, unit)`` measured once per size after its cases (a network)."""
+        return []
+
+    def vendor_runs(self, sizes: list, seed: int):
+        """The library calls of the vendor comparison (``harness.VendorRun``), one per problem."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the harness's loops
+
+    def check(self, impl: StepImpl, case_params: dict[str, dict], n_random: int, seed: int | None):
+        """Float64 checks: returns ``(records, check rows)``; records hold one ``correct`` per case."""
+        from . import harness
+
+        return harness.check(self, impl, case_params, n_random, seed)
+
+    def measure(self, impl: StepImpl, case_params: dict[str, dict], sizes: list, repeats: int,
                 warmup: int, options: dict) -> list[dict]:
         """Time a checked step; ``options`` holds the study's own chapter parameters."""
-        raise NotImplementedError
+        from . import harness
+
+        return harness.measure(self, impl, case_params, sizes, repeats, warmup, options)
 
     def options(self, **given) -> dict:
         """Validate the study's own chapter parameters (e.g. ``weights_path``)."""
@@ -132,18 +191,26 @@ class Study:
                                    "remove them from the call.")
         return {}
 
-    def launch_once(self, slug: str, case: str, size: int, params: dict, seed: int = 0):
+    def launch_once(self, slug: str, case: str, size, params: dict, seed: int = 0):
         """Prepare inputs and compile, then return a callable that launches the step once (what
         Nsight Compute and compute-sanitizer profile: nothing else may launch a kernel)."""
-        raise NotImplementedError
+        from . import harness
 
-    def vendor(self, sizes: list[int], repeats: int, warmup: int) -> list[dict]:
+        return harness.launch_once(self, slug, case, size, params, seed)
+
+    def vendor(self, sizes: list, repeats: int, warmup: int) -> list[dict]:
         """The vendor library's timings (cuDNN, cuBLAS through PyTorch) on the study's cases."""
-        raise NotImplementedError
+        from . import harness
+
+        return harness.vendor(self, sizes, repeats, warmup)
 
     def expectations(self, chapter) -> list[str]:
         """Sentences that judge a chapter from its own records (the study's own view)."""
         return []
+
+    def reported_frame(self, step: str):
+        """The write-ups' rows for ``step`` (default: ``data/reported/<study>.csv``)."""
+        return self.reported_csv(step)
 
     def targets(self) -> list[dict]:
         """The study's speed targets: ``{"what", "case", "limit_ms", "steps", "vendor"}`` each, where
@@ -157,3 +224,30 @@ class Study:
     def reported(self, step: str):
         """The write-ups' reported numbers for ``step`` as a styled table (or None)."""
         return None
+
+
+def upload(xp, host):
+    """A device copy of a host array made by a plain copy (``.set``: no kernel is launched)."""
+    import numpy as np
+
+    host = np.ascontiguousarray(host)
+    dev = xp.empty(host.shape, dtype=host.dtype)
+    if hasattr(dev, "set"):
+        dev.set(host)
+    else:
+        dev[...] = host
+    return dev
+
+
+def reported_csv(study: str, step: str | None = None):
+    """The write-ups' numbers for ``study`` (``data/reported/<study>.csv``), optionally one step's."""
+    import pandas as pd
+
+    from . import paths
+    from .errors import DataError
+
+    path = paths.data_dir() / "reported" / f"{study}.csv"
+    if not path.is_file():
+        raise DataError(f"{path} is missing.", "restore it with `git checkout -- data/reported/`.")
+    frame = pd.read_csv(path)
+    return frame[frame["step"] == step].reset_index(drop=True) if step else frame

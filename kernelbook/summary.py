@@ -128,6 +128,16 @@ def reported_best(study):
                          "fastest step at the same size.")
 
 
+def _target_ms(records: list[dict], study, target: dict) -> float | None:
+    """A target's time in ``records``: its case's (or the sum over its ``cases``) at its ``size``
+    (any size when it names none); None when a record is missing."""
+    from .report import ANY_BATCH
+
+    found = [find_record(records, study.time_metric, case, target.get("size", ANY_BATCH))
+             for case in target.get("cases") or (target["case"],)]
+    return None if None in found else sum(r["value"] for r in found)
+
+
 def evaluate_targets(study) -> list[dict]:
     """Each of the study's targets against its fastest eligible recorded step (and the library)."""
     found_vendor = vendor(study, "replay")
@@ -136,14 +146,23 @@ def evaluate_targets(study) -> list[dict]:
         best = None
         for slug in target["steps"]:
             chapter = load_recorded(study, slug)
-            rec = (find_record(chapter.records, study.time_metric, target["case"])
-                   if chapter is not None and chapter.correct else None)
-            if rec is not None and (best is None or rec["value"] < best[1]):
-                best = (slug, rec["value"], chapter.session.run.run_id)
-        ref = (find_record([r for r in found_vendor.records if r["variant"] == target["vendor"]], study.time_metric,
-                           target["case"]) if target.get("vendor") else None)
-        out.append({**target, "best": best, "vendor_ms": ref["value"] if ref else None})
+            ms = _target_ms(chapter.records, study, target) if chapter is not None and chapter.correct else None
+            if ms is not None and (best is None or ms < best[1]):
+                best = (slug, ms, chapter.session.run.run_id)
+        ref = (_target_ms([r for r in found_vendor.records if r["variant"] == target["vendor"]], study, target)
+               if target.get("vendor") else None)
+        out.append({**target, "best": best, "vendor_ms": ref})
     return out
+
+
+def opening_lines(study, chapter) -> list[str] | None:
+    """What a study's verdict starts with: None when the step failed its checks (then the one line
+    saying so is the verdict), else the targets on the study's final step."""
+    if not chapter.correct:
+        return None
+    if chapter.variant != study.steps.steps[-1].slug:
+        return []
+    return [f"Target: {line}" for line in target_lines(study)]
 
 
 def target_lines(study) -> list[str]:

@@ -14,7 +14,7 @@ import time
 import traceback
 
 from kernelbook.mlp import STEPS
-from kernelbook.mlp import run as mlp_run
+from kernelbook.mlp import study as mlp_study
 
 SWEEPS = {
     "tensor-core-3xtf32": [dict(warps=w, m_tiles=m, blocks_per_sm=b) for w, m, b in
@@ -35,7 +35,7 @@ def median(rec):
 
 
 def time_step(slug, params=None, repeats=20):
-    recs = mlp_run.measure_step(slug, params, repeats=repeats, warmup=3)
+    recs = mlp_study.measure_step(slug, params, repeats=repeats, warmup=3)
     row = {}
     for r in recs:
         row[(r["layer"], r["metric"])] = r["value"]
@@ -57,7 +57,7 @@ def main():
           f"{'+upload':>8s} {'relL2':>8s} {'scaled':>8s}")
     for slug in slugs:
         try:
-            res = mlp_run.check_step(slug, n_random=args.n_random, seed=1)
+            res = mlp_study.check_step(slug, n_random=args.n_random, seed=1)
             ok = all(r.passed for r in res)
             worst = max((r.measured if r.measured is not None else float("inf")) for r in res)
             out["checks"][slug] = [r.as_dict() for r in res]
@@ -83,7 +83,7 @@ def main():
                     print(f"sweep {slug} {params}: {type(exc).__name__}: {exc}")
     if args.vendor:
         try:
-            recs = mlp_run.measure_vendor(repeats=20, warmup=3)
+            recs = mlp_study.measure_vendor(repeats=20, warmup=3)
             out["vendor"] = recs
             for r in recs:
                 if r["metric"] in ("op_time_ms", "rel_l2_error"):

@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import importlib
 
-    from kernelbook import gpu, provenance, results
+    from kernelbook import gpu, paths, results, session
     from kernelbook.chapter import load_recorded
     from kernelbook.evidence import sanitizer, tools as profiler_tools
 
@@ -67,50 +67,57 @@ def main(argv=None) -> int:
     size = args.batch or getattr(study, "sanitizer_size", sanitizer.SANITIZER_SIZE)
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
 
-    records, logs, bad = [], {}, 0
     started = time.monotonic()
     parameters = {"batch": size, "tools": tools, "layers": layers, "variants": variants,
                   "recorded_params": not args.default_params}
-    run = results.create_run(provenance.manifest_fields(gpu.device_info(), parameters), run_id=args.run_id)
     part = sanitizer.part(study)
     kept_records, kept_logs = [], {}
-    if run.has_part(part):  # keep what this call does not re-check
-        old = run.read_part(part)
-        kept_records, kept_logs = old["records"], (old.get("extra") or {}).get("logs", {})
+    if args.run_id and (paths.results_dir() / args.run_id / "manifest.json").is_file():  # keep what this call does not re-check
+        run = results.load_run(args.run_id)
+        if run.has_part(part):
+            old = run.read_part(part)
+            kept_records, kept_logs = old["records"], (old.get("extra") or {}).get("logs", {})
+    bad = 0
 
-    def save(new_records, new_logs):
+    def merged(new_records, new_logs):
         done = {(r["variant"], r["layer"], r.get("tool")) for r in new_records}
-        merged = [r for r in kept_records if (r["variant"], r["layer"], r.get("tool")) not in done] + new_records
-        return run.write_part(part, study.name, merged, extra={"logs": {**kept_logs, **new_logs}},
-                              parameters=parameters)
+        return ([r for r in kept_records if (r["variant"], r["layer"], r.get("tool")) not in done] + new_records,
+                {"logs": {**kept_logs, **new_logs}})
 
-    for variant in variants:
-        chapter = None if args.default_params else load_recorded(study, variant, prefer_run=args.run_id)
-        layer_params = chapter.case_params() if chapter is not None else {}
-        for layer in layers:
-            for name in tools:
-                t0 = time.monotonic()
-                try:
-                    summary = sanitizer.run_sanitizer(study, name, variant, layer_params, size, [layer], args.timeout)
-                except profiler_tools.ProfilerUnavailable as exc:
-                    summary = {"errors": None, "rc": None, "passed": False, "log_tail": str(exc), "command": ""}
-                record = sanitizer.sanitizer_record(study, name, variant, layer, size, summary)
-                record["params"] = layer_params.get(layer, {})
-                record["seconds"] = round(time.monotonic() - t0, 1)
-                records.append(record)
-                logs[f"{variant}/{layer}/{name}"] = {"command": summary.get("command", ""),
-                                                     "log_tail": summary.get("log_tail", "")}
-                verdict = ("did not run" if summary["errors"] is None else
-                           "pass" if summary["passed"] else f"FAIL ({summary['errors']} errors)")
-                bad += verdict != "pass"
-                print(f"sanitize: {variant:18s} {layer} {name:10s} {verdict} ({record['seconds']} s)", flush=True)
-                if verdict != "pass":
-                    print("  " + summary.get("log_tail", "").replace("\n", "\n  ")[-3000:], flush=True)
-                save(records, logs)  # after every check: a timeout keeps what finished
+    def measure(progress) -> session.Measurement:
+        nonlocal bad
+        records, logs = [], {}
+        for variant in variants:
+            chapter = None if args.default_params else load_recorded(study, variant, prefer_run=args.run_id)
+            layer_params = chapter.case_params() if chapter is not None else {}
+            for layer in layers:
+                for name in tools:
+                    t0 = time.monotonic()
+                    try:
+                        summary = sanitizer.run_sanitizer(study, name, variant, layer_params, size, [layer],
+                                                          args.timeout)
+                    except profiler_tools.ProfilerUnavailable as exc:
+                        summary = {"errors": None, "rc": None, "passed": False, "log_tail": str(exc), "command": ""}
+                    record = sanitizer.sanitizer_record(study, name, variant, layer, size, summary)
+                    record["params"] = layer_params.get(layer, {})
+                    record["seconds"] = round(time.monotonic() - t0, 1)
+                    records.append(record)
+                    logs[f"{variant}/{layer}/{name}"] = {"command": summary.get("command", ""),
+                                                         "log_tail": summary.get("log_tail", "")}
+                    verdict = ("did not run" if summary["errors"] is None else
+                               "pass" if summary["passed"] else f"FAIL ({summary['errors']} errors)")
+                    bad += verdict != "pass"
+                    print(f"sanitize: {variant:18s} {layer} {name:10s} {verdict} ({record['seconds']} s)", flush=True)
+                    if verdict != "pass":
+                        print("  " + summary.get("log_tail", "").replace("\n", "\n  ")[-3000:], flush=True)
+                    all_records, extra = merged(records, logs)
+                    progress(all_records, [], extra)  # after every check: a timeout keeps what finished
+        all_records, extra = merged(records, logs)
+        return session.Measurement(all_records, [], extra)
 
-    path = save(records, logs)
-    print(f"sanitize: {len(records)} results in {path} ({time.monotonic() - started:.0f} s); "
-          f"{bad} not passed.")
+    found = session.recorded(part, study.name, measure, parameters=parameters, mode="measure", run_id=args.run_id)
+    print(f"sanitize: {len(found.records)} results in run {found.session.run.run_id} part {part} "
+          f"({time.monotonic() - started:.0f} s); {bad} not passed.")
     return 1 if bad else 0
 
 

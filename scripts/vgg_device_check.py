@@ -12,7 +12,7 @@ import os
 import time
 import traceback
 
-from kernelbook.vgg import STEPS, run
+from kernelbook.vgg import STEPS, run, study
 
 SWEEP = {
     "tf32": [{"th": 16, "tw": 16}],
@@ -33,7 +33,7 @@ def main() -> None:
         t0 = time.time()
         entry = {}
         try:
-            res = run.check_step(slug, n_random=6, seed=1)
+            res = study.check_step(slug, n_random=6, seed=1)
             entry["checks"] = [r.as_dict() for r in res]
             passed = sum(r.passed for r in res)
             worst = max((r.rel_l2_error or float("inf")) if r.rel_l2_error is not None else float("inf") for r in res)
@@ -42,7 +42,7 @@ def main() -> None:
                     print("   FAIL", r.label, r.shape, r.rel_l2_error, r.unwritten, r.error)
             ms = gf = float("nan")
             if passed == len(res):
-                recs = run.measure_step(slug, repeats=args.repeats, warmup=2)
+                recs = study.measure_step(slug, repeats=args.repeats, warmup=2)
                 entry["records"] = recs
                 ms = recs[0]["value"]
                 gf = recs[1]["value"]
@@ -73,9 +73,9 @@ def main() -> None:
         for slug, configs in SWEEP.items():
             for cfg in configs:
                 try:
-                    res = run.check_step(slug, params=cfg, n_random=2, seed=2, full_case=None)
+                    res = study.check_step(slug, params=cfg, n_random=2, seed=2, full_case=None)
                     ok = all(r.passed for r in res)
-                    recs = run.measure_step(slug, params=cfg, repeats=args.repeats, warmup=2) if ok else []
+                    recs = study.measure_step(slug, params=cfg, repeats=args.repeats, warmup=2) if ok else []
                     ms = recs[0]["value"] if recs else float("nan")
                     print(f"sweep {slug:14s} {json.dumps(cfg):60s} ok={ok} {ms:8.3f} ms")
                     report["sweep"].append({"step": slug, "params": cfg, "ok": ok, "ms": ms})
@@ -83,7 +83,7 @@ def main() -> None:
                     print(f"sweep {slug} {cfg} ERROR {type(exc).__name__}: {exc}")
     if not args.no_vendor:
         try:
-            recs = run.measure_vendor(repeats=args.repeats, warmup=2)
+            recs = study.measure_vendor(repeats=args.repeats, warmup=2)
             report["vendor"] = recs
             for r in recs:
                 if r["metric"] in ("op_time_ms", "rel_l2_error"):

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from kernelbook import lenet
-from kernelbook.lenet import checks
+from kernelbook import harness
+from kernelbook.lenet.study import STUDY, check_variant
 from kernelbook.errors import ShapeError
 from kernelbook.lenet import ConvShape, conv_forward
 
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("slug", lenet.variant_names())
 def test_variant_matches_float64_on_random_shapes_with_poison(slug):
     impl = lenet.get_variant(slug)
-    found = checks.check_variant(impl, impl.params(), n_random=12, seed=None)
+    found = check_variant(impl, impl.params(), n_random=12, seed=None)
     failed = [c for c in found if not c.passed]
     assert len(found) >= 10
     assert not failed, failed
@@ -29,8 +30,8 @@ def test_poison_catches_an_unwritten_element(monkeypatch):
         y[-1, -1, -1, -1] = np.nan  # as if the last thread never wrote
 
     monkeypatch.setattr(impl, "launch", lazy_launch)
-    result = checks.check_shape(impl, impl.params(), ConvShape(2, 3, 2, 10, 11, 3), np.random.default_rng(0))
-    assert not result.passed and result.unwritten == 1
+    found = harness.check_step(STUDY, impl, impl.params(), 0, 0)  # the network's two layers
+    assert len(found) == 2 and all(not c.passed and c.unwritten == 1 for c in found)
 
 
 def test_conv_forward_rejects_host_arrays_and_wrong_out():

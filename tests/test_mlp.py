@@ -104,7 +104,7 @@ def test_step_list_matches_the_kernel_files():
     assert problems == []
     for step in STEPS:
         impl = STEPS.impl(step.slug)
-        assert impl.kernel_names and set(impl.params()) == set(impl.defaults)
+        assert impl.kernel_names
         assert impl.precision in ("fp32", "fp16")
         assert (impl.measure == "scaled_abs_diff") == (impl.precision == "fp16")
 

@@ -41,10 +41,6 @@ def quotes():
     return out
 
 
-def test_the_book_quotes_the_write_ups():
-    assert len(quotes()) >= 10
-
-
 def is_reported(number: str) -> bool:
     quoted = Decimal(number)
     places = Decimal(1).scaleb(quoted.as_tuple().exponent)

@@ -98,3 +98,33 @@ def test_reported_numbers_are_labelled_with_seed_and_gpu():
     assert set(frame["seed"]) >= {"000_5388518cb9c15bca.txt", "003_4c82151979bc1aa8.txt"}
     html = reported_table("baseline").to_html()
     assert "Reported" in html and "TITAN V" in html
+
+
+def _pretend_gpu(monkeypatch):
+    from kernelbook import gpu
+
+    monkeypatch.setattr(gpu, "availability", lambda: (True, "Test GPU 9000"))
+    monkeypatch.setattr(gpu, "device_info", lambda: {"name": "Test GPU 9000", "compute_capability": "9.0"})
+
+
+def test_a_part_keeps_its_own_parameters_and_progress_is_written_as_it_goes(results_root, monkeypatch):
+    from kernelbook import results
+
+    _pretend_gpu(monkeypatch)
+    seen = []
+
+    def measure(progress):
+        progress([results.record("lenet", "baseline", "C1", 1, "op_time_ms", 1.0)])
+        seen.append(results.load_run("20261123T0000Z-aaaaaa").read_part("lenet-sanitizer")["records"])  # written already
+        return session.Measurement([results.record("lenet", "baseline", "C1", 1, "op_time_ms", 2.0)])
+
+    first = session.recorded("lenet-sanitizer", "lenet", measure, parameters={"batch": 4}, mode="measure",
+                             run_id="20261123T0000Z-aaaaaa")
+    second = session.recorded("lenet-cudnn", "lenet", lambda: session.Measurement([]), parameters={"repeats": 7},
+                              mode="measure", run_id="20261123T0000Z-aaaaaa")
+    assert [r["value"] for r in seen[0]] == [1.0]
+    run = results.load_run("20261123T0000Z-aaaaaa")
+    assert run.read_part("lenet-sanitizer")["records"][0]["value"] == 2.0 == first.records[0]["value"]
+    assert run.read_part("lenet-sanitizer")["parameters"] == {"batch": 4}
+    assert run.read_part("lenet-cudnn")["parameters"] == {"repeats": 7} == second.parameters
+    assert run.manifest["parameters"] == {}  # no part's parameters pass for the whole run's

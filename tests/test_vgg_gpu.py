@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kernelbook.errors import ShapeError
-from kernelbook.vgg import STEPS, ConvPoolShape, forward, run
+from kernelbook.vgg import STEPS, ConvPoolShape, forward, run, study
 from kernelbook.vgg.reference import reference
 
 pytestmark = pytest.mark.gpu
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("slug", STEPS.slugs())
 def test_step_matches_float64_on_random_shapes(slug):
-    results = run.check_step(slug, n_random=8, seed=123, full_case=None)
+    results = study.check_step(slug, n_random=8, seed=123, full_case=None)
     failed = [r for r in results if not r.passed]
     assert not failed, [(r.label, r.shape, r.rel_l2_error, r.unwritten, r.error) for r in failed]
 

@@ -41,7 +41,19 @@ def vendor(study, mode: str = "auto", run_id: str | None = None, replay_run: str
     def measure() -> session_mod.Measurement:
         return session_mod.Measurement(study.vendor(sizes, repeats, warmup))
 
-    return session_mod.recorded(part(study), study.name, measure,
-                                parameters={study.size_name: sizes, "repeats": repeats}, mode=mode, run_id=run_id,
-                                replay_run=replay_run, prefer_run=prefer_run or run_id, available=torch_cuda_status,
-                                required=False, compare={})
+    found = session_mod.recorded(part(study), study.name, measure,
+                                 parameters={study.size_name: sizes, "repeats": repeats}, mode=mode, run_id=run_id,
+                                 replay_run=replay_run, prefer_run=prefer_run or run_id, available=torch_cuda_status,
+                                 required=False, compare={})
+    return renamed(study, found)
+
+
+def renamed(study, found: session_mod.Recording) -> session_mod.Recording:
+    """Vendor rows are named ``<library>-<precision>[-<layout>]``; runs recorded before that rule
+    used other names (``cudnn`` for cuDNN FP32, ``pytorch-fp32``), mapped here when read, so the
+    recorded data stays as it was written (``Study.old_vendor_names``)."""
+    old = getattr(study, "old_vendor_names", {}) or {}
+    if any(r.get("variant") in old for r in found.records):
+        found.records = [{**r, "variant": old[r["variant"]]} if r.get("variant") in old else r
+                         for r in found.records]
+    return found

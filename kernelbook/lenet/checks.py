@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import CheckResult, all_passed, poisoned, run_check  # noqa: F401  (all_passed: for study.py)
 from ..errors import KernelbookError
 from .problem import ConvShape, layer_shape
 
@@ -25,31 +24,22 @@ def network_shapes(batch: int = 3) -> dict[str, ConvShape]:
     return {"C1": layer_shape("C1", batch), "C3": layer_shape("C3", batch)}
 
 
-def check_shape(impl, params: dict, shape: ConvShape, rng: np.random.Generator, label: str = "random") -> CheckResult:
-    """Run the step once on fresh random data of ``shape`` and compare with float64."""
-    import cupy as cp
-
-    from . import conv_forward
+def check_case(label: str, shape: ConvShape, rng: np.random.Generator):
+    """One problem with fresh inputs in [-1, 1) and its float64 reference."""
+    from ..harness import CheckCase
     from .reference import conv2d_reference
 
     x = rng.uniform(-1.0, 1.0, size=shape.x_shape).astype(np.float32)
     k = rng.uniform(-1.0, 1.0, size=shape.k_shape).astype(np.float32)
-
-    def launch():
-        out = poisoned(shape.y_shape)
-        conv_forward(cp.asarray(x), cp.asarray(k), impl.slug, out=out, **params)
-        cp.cuda.get_current_stream().synchronize()
-        return out
-
-    return run_check(label, shape.as_dict(), impl.tolerance, launch,
-                     lambda: conv2d_reference(x.astype(np.float64), k.astype(np.float64)))
+    return CheckCase(label, shape, (x, k), lambda: conv2d_reference(x.astype(np.float64), k.astype(np.float64)))
 
 
-def check_variant(impl, params: dict, n_random: int = 8, seed: int | None = None, batch: int = 3) -> list[CheckResult]:
-    """The network's two layers plus ``n_random`` random shapes the step accepts."""
-    rng = np.random.default_rng(seed)
-    results = [check_shape(impl, params, shape, rng, label) for label, shape in network_shapes(batch).items()]
+def check_cases(impl, params: dict, n_random: int, rng: np.random.Generator) -> list:
+    """The network's two layers (batch 3) plus ``n_random`` random shapes the step accepts, each
+    with fresh inputs in [-1, 1) and its float64 reference."""
+    shapes = list(network_shapes().items())
     drawn = attempts = 0
+    cases = [check_case(label, shape, rng) for label, shape in shapes]
     while drawn < n_random and attempts < 50 * max(n_random, 1):
         attempts += 1
         shape = random_shape(rng)
@@ -57,6 +47,6 @@ def check_variant(impl, params: dict, n_random: int = 8, seed: int | None = None
             impl.validate(shape, params)
         except KernelbookError:
             continue  # outside this step's limits: not a valid input for it
-        results.append(check_shape(impl, params, shape, rng))
+        cases.append(check_case("random", shape, rng))
         drawn += 1
-    return results
+    return cases

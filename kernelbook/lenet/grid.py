@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import results
+from .. import harness, results
 from .. import session as session_mod
 from ..errors import KernelbookError, ParameterError, ResultsError
 from ..measure import check_repeats, time_gpu
@@ -66,7 +66,7 @@ def run_grid(variant: str, configs: list[dict], metric: str = "op_time_ms", batc
                              "pass e.g. configs=[{'tile_width': 16}, {'tile_width': 32}].")
     merged = [impl.params(**c) for c in configs]
     STUDY.options(weights_path=weights_path)  # checked in every mode, replaying too
-    sizes = STUDY.sizes(batch_sizes)
+    sizes = STUDY.sizes(list(STUDY.default_sizes) if batch_sizes is None else batch_sizes)
     check_repeats(repeats, warmup)
     parameters = {"variant": variant, "configs": configs, "metric": metric, "batch_sizes": sizes,
                   "repeats": repeats, "warmup": warmup, "seed": seed}
@@ -101,7 +101,7 @@ def _measure_grid(impl, configs, merged, metric, sizes, repeats, warmup, weights
             except KernelbookError as exc:
                 verdicts[layer] = f"refused: {exc.message}"
                 continue
-            result = checks.check_shape(impl, params, shape, rng, layer)
+            result = harness.check_one(STUDY, impl, params, checks.check_case(layer, shape, rng))
             verdicts[layer] = "ok" if result.passed else f"failed check: {result.error or result.rel_l2_error}"
         for batch in sizes:
             x_dev = cp.asarray(np.ascontiguousarray(images[:batch]))

@@ -94,11 +94,8 @@ class HopperFinal(ConvVariant):
         path = params["c1_path"]
         return shape.M < 8 if path == "auto" else path == "direct"
 
-    @staticmethod
-    def specialised():
-        from .steps import STEPS
-
-        return STEPS.impl("specialised")
+    def specialised(self):
+        return self.other("specialised")
 
     def kernels_for(self, params: dict, shape: ConvShape) -> tuple[str, ...]:
         if self.direct(shape, params):

@@ -19,19 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from .. import params as P
-from .. import results
-from ..measure import time_gpu
 from ..study import Column, Study
-from . import checks
 from .problem import LAYERS, MAX_BATCH, layer_shape
 from .steps import STEPS
 
 NAME = "lenet"
 DEFAULT_WEIGHTS = "data/models/lenet86.bin"
-GOAL_MS = 1.0            # the study's goal: Op Time 1 + Op Time 2 at GOAL_BATCH images
-GOAL_BATCH = 10000
-GOAL_VS_CUDNN = 13.0     # ... and at least this many times faster than cuDNN FP32 in the same run
-GOAL_STEPS = ("specialised", "hopper-final")  # the steps built to reach the goal
 
 
 class LeNetStudy(Study):
@@ -45,8 +38,10 @@ class LeNetStudy(Study):
     size_name = "batch_sizes"
     case_params_name = "layer_params"
     default_sizes = (100, 1000, 10000)
+    check_shapes = 8          # its random shapes are small: two more cost nothing
     max_size = MAX_BATCH
-    vendor_name = "cudnn"
+    vendor_name = "cudnn"   # the recorded part's name (kept: runs are stored under it)
+    old_vendor_names = {"cudnn": "cudnn-fp32"}
     profile_size = 1000
 
     def columns(self) -> list[Column]:
@@ -70,73 +65,65 @@ class LeNetStudy(Study):
         read_weights(path)  # every layer's count and finite values
         return {"weights": str(path)}
 
-    def check(self, impl, case_params: dict, n_random: int, seed: int | None):
-        records, rows = [], []
-        seen = {}
-        for layer, params in case_params.items():
-            key = tuple(sorted(params.items()))
-            if key not in seen:
-                seen[key] = checks.check_variant(impl, params, n_random=n_random, seed=seed)
-            layer_checks = [c for c in seen[key] if c.label in (layer, "random")]
-            rows += [dict(c.as_dict(), layer=layer, params=params) for c in layer_checks]
-            ok = checks.all_passed(layer_checks)
-            records.append(results.record(NAME, impl.slug, layer, None, "correct", 1.0 if ok else 0.0,
-                                          n_checks=len(layer_checks)))
-        return records, rows
+    # ------------------------------------------------------------------ the problem, for the harness
 
-    def measure(self, impl, case_params: dict, sizes: list[int], repeats: int, warmup: int, options: dict):
-        import cupy as cp
+    def inputs(self, impl, shape, rng, case=None):
+        """Image-like x in [0, 255) and weights in [-1, 1) (what the profilers launch on)."""
+        return (rng.uniform(0.0, 255.0, size=shape.x_shape).astype(np.float32),
+                rng.uniform(-1.0, 1.0, size=shape.k_shape).astype(np.float32))
 
+    def check_cases(self, impl, params, n_random, rng):
+        from .checks import check_cases
+
+        return check_cases(impl, params, n_random, rng)
+
+    def timing_context(self, impl, case_params, sizes, options):
+        """The test images, the trained network with this step in both layers, and per batch the
+        layers' device inputs (C3's is C1's output through the network)."""
         from .network import GpuLeNet
 
         images, labels, weights = inputs(max(sizes), options["weights"])
-        net = GpuLeNet(weights, impl.slug, layer_params=case_params)
-        masks = {"C1": net.k1, "C3": net.k3}
-        timing = "events" if impl.graph_capturable else "host-bound"
-        records: list[dict] = []
-        rec = lambda *a, **kw: records.append(results.record(NAME, impl.slug, *a, **kw))  # noqa: E731
-        for batch in sizes:
-            x_host = np.ascontiguousarray(images[:batch], dtype=np.float32)
-            x_dev = cp.asarray(x_host)
-            layer_inputs = {"C1": x_dev, "C3": net.stage2_input(x_dev)}
-            for layer, x_in in layer_inputs.items():
-                shape, params, k = layer_shape(layer, batch), case_params[layer], masks[layer]
-                impl.validate(shape, params)
-                impl.prepare(params, shape)
-                y_dev = cp.empty(shape.y_shape, dtype=cp.float32)
-                extra = {"flops": shape.flops, "min_bytes": shape.min_bytes}
-                op = time_gpu(lambda: impl.launch(y_dev, x_in, k, shape, params), repeats, warmup,
-                              graph=impl.graph_capturable, timing=timing)
-                rec(layer, batch, "op_time_ms", op, **extra)
-                round_trip = impl.layer_round_trip(k, x_in.get(), shape, params)
-                rec(layer, batch, "layer_time_ms", time_gpu(round_trip, repeats, warmup, timing=timing), **extra)
-                del y_dev, round_trip
-            rec("network", batch, "total_time_ms", time_gpu(lambda: net.predict(x_host), repeats, warmup))
-            predictions = net.predict(x_host)
-            rec("network", batch, "accuracy", float(np.mean(predictions == labels[:batch])))
-            del layer_inputs, x_dev
-            cp.get_default_memory_pool().free_all_blocks()
-        return records
+        return {"images": images, "labels": labels,
+                "net": GpuLeNet(weights, impl.slug, layer_params=case_params), "batch": None}
 
-    def launch_once(self, slug: str, case: str, size: int, params: dict, seed: int = 0):
+    def timed_operands(self, impl, case, size, shape, context):
         import cupy as cp
 
-        impl = self.impl(slug)
-        shape = layer_shape(case, size)
-        impl.validate(shape, params)
-        rng = np.random.default_rng(seed)
-        x_dev = cp.empty(shape.x_shape, dtype=cp.float32)
-        k_dev = cp.empty(shape.k_shape, dtype=cp.float32)
-        x_dev.set(rng.uniform(0.0, 255.0, size=shape.x_shape).astype(np.float32))  # copies, not kernels
-        k_dev.set(rng.uniform(-1.0, 1.0, size=shape.k_shape).astype(np.float32))
-        y_dev = cp.empty(shape.y_shape, dtype=cp.float32)
-        impl.prepare(params, shape)  # compile now: compilation is not a launch
-        return lambda: impl.launch(y_dev, x_dev, k_dev, shape, params)
+        if context["batch"] != size:
+            net = context["net"]
+            x_host = np.ascontiguousarray(context["images"][:size], dtype=np.float32)
+            x_dev = cp.asarray(x_host)
+            context.update(batch=size, x_host=x_host, layer_inputs={"C1": x_dev, "C3": net.stage2_input(x_dev)})
+        net = context["net"]
+        return context["layer_inputs"][case], {"C1": net.k1, "C3": net.k3}[case]
 
-    def vendor(self, sizes: list[int], repeats: int, warmup: int) -> list[dict]:
-        from .vendor import measure_cudnn
+    def case_records(self, impl, case, shape, params, operands, run, output, op, context, time):
+        x_in, k = operands
+        round_trip = impl.layer_round_trip(k, x_in.get(), shape, params)
+        return [("layer_time_ms", time(round_trip), "ms")]
 
-        return measure_cudnn(sizes, repeats=repeats, warmup=warmup)
+    def size_records(self, impl, size, context, time):
+        import cupy as cp
+
+        net, x_host = context["net"], context["x_host"]
+        total = time(lambda: net.predict(x_host), timing="events")
+        predictions = net.predict(x_host)
+        accuracy = float(np.mean(predictions == context["labels"][:size]))
+        context.update(batch=None, layer_inputs=None, x_host=None)
+        cp.get_default_memory_pool().free_all_blocks()
+        return [("network", "total_time_ms", total, "ms"), ("network", "accuracy", accuracy, "")]
+
+    def vendor_runs(self, sizes, seed):
+        from .vendor import vendor_runs
+
+        return vendor_runs(sizes, seed)
+
+    def targets(self) -> list[dict]:
+        """The study's goal: Op Time 1 + Op Time 2 at 10,000 images within 1.0 ms, and at least
+        13× faster than cuDNN FP32 in the same run; judged on the steps built to reach it."""
+        return [{"what": "Op Time 1 + Op Time 2 at batch 10,000", "case": "C1", "cases": ("C1", "C3"),
+                 "size": 10000, "limit_ms": 1.0, "steps": ["specialised", "hopper-final"], "vendor": "cudnn-fp32",
+                 "vendor_factor": 13.0}]
 
     def reported(self, step: str):
         from .tables import reported_table
@@ -146,7 +133,7 @@ class LeNetStudy(Study):
     def expectations(self, chapter) -> list[str]:
         from .tables import expectations, goal_lines, speedup_sentence
 
-        return (goal_lines(chapter) + expectations(chapter)
+        return (goal_lines(chapter, self.targets()[0]) + expectations(chapter)
                 + [speedup_sentence(chapter, self.reported_frame(chapter.variant))])
 
     def reported_best(self):
@@ -175,3 +162,11 @@ def inputs(n: int, weights_path: str | None):
     weights = read_weights(path)
     images, labels = load_test_set(n=n)
     return images, labels, weights
+
+
+def check_variant(impl, params: dict, n_random: int = 8, seed: int | None = None):
+    """The network's two layers plus ``n_random`` random shapes the step accepts (the harness's
+    checks of this study, by step)."""
+    from ..harness import check_step
+
+    return check_step(STUDY, impl, params, n_random, seed)

@@ -10,9 +10,9 @@ from ..report import find_record, format_ms, message_table, styled, throughput
 
 def reported(step: str | None = None) -> pd.DataFrame:
     """What the seeds report (``data/reported/lenet.csv``), optionally for one step."""
-    from .study import STUDY
+    from ..study import reported_csv
 
-    return STUDY.reported_csv(step)
+    return reported_csv("lenet", step)
 
 
 def reported_table(step: str):
@@ -153,25 +153,26 @@ def workspace_table(variant: str, chapter):
 
 
 
-def goal_lines(chapter) -> list[str]:
-    """The study's goal, judged from the records: Op Time 1 + Op Time 2 at 10,000 images against
-    1.0 ms, and against cuDNN FP32 (timed in the same run when it holds it, else the newest)."""
+def goal_lines(chapter, goal: dict) -> list[str]:
+    """The study's goal (its target, ``LeNetStudy.targets``), judged from the records: Op Time 1 +
+    Op Time 2 at 10,000 images against 1.0 ms, and against cuDNN FP32 (timed in the same run
+    when it holds it, else the newest)."""
     from ..evidence.vendor import vendor
-    from .study import GOAL_BATCH, GOAL_MS, GOAL_STEPS, GOAL_VS_CUDNN
 
-    if not chapter.correct or chapter.variant not in GOAL_STEPS:
+    batch, limit, factor = goal["size"], goal["limit_ms"], goal["vendor_factor"]
+    if not chapter.correct or chapter.variant not in goal["steps"]:
         return []
-    ops = [find_record(chapter.records, "op_time_ms", layer, GOAL_BATCH) for layer in ("C1", "C3")]
+    ops = [find_record(chapter.records, "op_time_ms", layer, batch) for layer in goal["cases"]]
     if None in ops:
         return []
     total = ops[0]["value"] + ops[1]["value"]
-    status = (f"meets the goal of {GOAL_MS:g} ms" if total <= GOAL_MS else
-              f"misses the goal of {GOAL_MS:g} ms by {total - GOAL_MS:.3f} ms ({total / GOAL_MS:.2f}×)")
-    lines = [f"Goal: Op Time 1 + Op Time 2 at batch {GOAL_BATCH} = {format_ms(ops[0]['value'])} + "
+    status = (f"meets the goal of {limit:g} ms" if total <= limit else
+              f"misses the goal of {limit:g} ms by {total - limit:.3f} ms ({total / limit:.2f}×)")
+    lines = [f"Goal: Op Time 1 + Op Time 2 at batch {batch} = {format_ms(ops[0]['value'])} + "
              f"{format_ms(ops[1]['value'])} = {format_ms(total)}, which {status}."]
     found = vendor(chapter.study, "replay", prefer_run=chapter.session.run.run_id)
-    cudnn = [find_record([r for r in found.records if r["variant"] == "cudnn"], "op_time_ms", layer, GOAL_BATCH)
-             for layer in ("C1", "C3")]
+    cudnn = [find_record([r for r in found.records if r["variant"] == goal["vendor"]], "op_time_ms", layer, batch)
+             for layer in goal["cases"]]
     if None not in cudnn:
         theirs = cudnn[0]["value"] + cudnn[1]["value"]
         same = found.found and found.session.run.run_id == chapter.session.run.run_id
@@ -179,7 +180,7 @@ def goal_lines(chapter) -> list[str]:
         how = f"{ratio:.1f}× faster than it" if ratio >= 1 else f"{1 / ratio:.1f}× slower than it"
         lines.append(f"cuDNN FP32 takes {format_ms(theirs)} for the two layers "
                      f"({'same run' if same else 'run ' + found.session.run.run_id}): this step is {how} "
-                     f"(goal: at least {GOAL_VS_CUDNN:g}× faster, {'met' if ratio >= GOAL_VS_CUDNN else 'missed'}).")
+                     f"(goal: at least {factor:g}× faster, {'met' if ratio >= factor else 'missed'}).")
     return lines
 
 

@@ -33,9 +33,10 @@ class ConvVariant(StepImpl):
             if count > INT32_MAX:
                 raise ShapeError(f"{name} would hold {count} elements; the kernels index with 32-bit ints.",
                                  "split the batch into chunks of fewer images.")
+        self.check_launches(shape, params)  # a step that declares its launches (steps.Launch)
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        raise NotImplementedError
+    # launch(y, x, k, shape, params, stream=None): a step declares ``launches`` and ``launch_args``
+    # (the core's ``StepImpl.launch`` runs them), or writes ``launch`` by hand (steps 00-15).
 
     graph_capturable: ClassVar[bool] = True  # False when launch() uses streams of its own
 

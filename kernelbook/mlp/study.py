@@ -16,9 +16,10 @@ from __future__ import annotations
 
 
 
-from .. import results
-from ..errors import ParameterError
+from .. import harness
+from ..checks import CheckResult
 from ..study import Column, Study
+from . import require_gpu
 from .problem import CASES, MlpShape
 from .steps import STEPS
 
@@ -36,7 +37,8 @@ class MlpStudy(Study):
     size_name = "cases"
     rows = "cases"
     default_sizes = tuple(CASES)
-    vendor_name = "pytorch"
+    vendor_name = "pytorch"   # the recorded part's name (kept: runs are stored under it)
+    old_vendor_names = {"pytorch-fp32": "torch-fp32", "pytorch-tf32": "torch-tf32", "pytorch-fp16": "torch-fp16"}
     profile_size = CASES["100x100"]
     sanitizer_size = CASES["5x5"]
 
@@ -54,39 +56,39 @@ class MlpStudy(Study):
     def problem(self, case: str, size: int | None = None):
         return MlpShape(CASES[case] if size is None or case in CASES and size == CASES[case] else size)
 
-    def check(self, impl, case_params: dict, n_random: int, seed: int | None):
-        from .run import check_step
+    # ------------------------------------------------------------------ the problem, for the harness
 
-        params = case_params[self.cases[0]]
-        if any(p != params for p in case_params.values()):
-            raise ParameterError("The MLP checks run one configuration for every N.",
-                                 "give both test cases the same parameters (the steps dispatch by N themselves).")
-        found = check_step(impl.slug, params, n_random=n_random, seed=seed)
-        ok = bool(found) and all(c.passed for c in found)
-        records = [results.record(NAME, impl.slug, case, None, "correct", 1.0 if ok else 0.0, n_checks=len(found))
-                   for case in self.cases]
-        return records, [dict(c.as_dict(), layer="any N", params=params) for c in found]
+    def inputs(self, impl, shape, rng, case=None):
+        """The shipped weights and the study's signals (the same for every seed: what is profiled
+        is what is timed)."""
+        from .data import load_weights, make_signals
 
-    def measure(self, impl, case_params: dict, sizes: list, repeats: int, warmup: int, options: dict):
-        from .run import measure_step
+        return make_signals(shape.N), load_weights()
 
-        records = []
-        for case in sizes:
-            records += measure_step(impl.slug, case_params[case], cases=(case,), repeats=repeats, warmup=warmup)
-        return records
+    def operands(self, impl, shape, host):
+        from .run import operands
 
-    def launch_once(self, slug: str, case: str, size: int, params: dict, seed: int = 0):
-        from .run import launch_once
+        return operands(impl, shape, host)
 
-        return launch_once(slug, case, params)
+    def check_cases(self, impl, params, n_random, rng):
+        from .run import check_cases
 
-    def vendor(self, sizes: list, repeats: int, warmup: int) -> list[dict]:
-        from .run import measure_vendor
+        return check_cases(impl, params, n_random, rng)
 
-        return measure_vendor(tuple(sizes), repeats=repeats, warmup=warmup)
+    def judge(self, impl, got, case):
+        from .run import judge
 
-    def reported_frame(self, step: str):
-        return self.reported_csv(step)
+        return judge(impl, got, case)
+
+    def case_records(self, impl, case, shape, params, operands, run, output, op, context, time):
+        from .run import case_records
+
+        return case_records(case, operands[0], run, output, time)
+
+    def vendor_runs(self, sizes, seed):
+        from .run import vendor_runs
+
+        return vendor_runs(sizes, seed)
 
     def targets(self) -> list[dict]:
         cuda_fp32 = ["baseline", "fused-global", "fused-shared", "whole-net-shared", "shared-and-registers",
@@ -95,11 +97,11 @@ class MlpStudy(Study):
                 "better-occupancy", "best", "tensor-core-fp16"]
         return [
             {"what": "100x100, FP32 on CUDA cores", "case": "100x100", "limit_ms": 0.70, "steps": cuda_fp32,
-             "vendor": "pytorch-fp32"},
+             "vendor": "torch-fp32"},
             {"what": "100x100, FP32-accurate on tensor cores", "case": "100x100", "limit_ms": 0.30,
-             "steps": ["tensor-core-3xtf32", "final"], "vendor": "pytorch-fp32"},
+             "steps": ["tensor-core-3xtf32", "final"], "vendor": "torch-fp32"},
             {"what": "100x100, FP16 within the 0.15 threshold", "case": "100x100", "limit_ms": 0.25, "steps": half,
-             "vendor": "pytorch-fp16"},
+             "vendor": "torch-fp16"},
             {"what": "5x5, per inference (CUDA-graph replays)", "case": "5x5", "limit_ms": 0.006,
              "steps": self.steps.slugs(), "vendor": None},
         ]
@@ -146,13 +148,11 @@ class MlpStudy(Study):
     def expectations(self, chapter) -> list[str]:
         from ..report import find_record, format_ms
 
-        if not chapter.correct:
-            return ["The step failed its correctness check; nothing was timed."]
-        lines = []
-        if chapter.variant == self.steps.steps[-1].slug:  # the final chapter judges the study's targets
-            from ..summary import target_lines
+        from ..summary import opening_lines
 
-            lines += [f"Target: {line}" for line in target_lines(self)]
+        lines = opening_lines(self, chapter)
+        if lines is None:
+            return ["The step failed its correctness check; nothing was timed."]
         measure = "scaled absolute difference against the CPU float32 result" if chapter.step.impl.precision == "fp16" \
             else "relative L2 error against float64"
         worst = max((c.get("measured") or 0.0 for c in chapter.checks), default=0.0)
@@ -180,3 +180,37 @@ class MlpStudy(Study):
 
 
 STUDY = MlpStudy()
+
+
+# ---------------------------------------------------------------- the harness's loops, by step name
+
+
+def check_step(slug: str, params: dict | None = None, n_random: int = 6, seed: int | None = None
+               ) -> list[CheckResult]:
+    """The step against float64 on N in FIXED_COLUMNS plus ``n_random`` random N (2..20000)."""
+    require_gpu()
+    impl = STEPS.impl(slug)
+    return harness.check_step(STUDY, impl, impl.params(**(params or {})), n_random, seed)
+
+
+def measure_step(slug: str, params: dict | None = None, cases=("5x5", "100x100"), repeats: int = 20,
+                 warmup: int = 3) -> list[dict]:
+    """Records op_time_ms, time_with_upload_ms, scaled_abs_diff and rel_l2_error per case."""
+    require_gpu()
+    impl = STEPS.impl(slug)
+    merged = impl.params(**(params or {}))
+    return harness.measure(STUDY, impl, {case: merged for case in STUDY.cases}, list(cases), repeats, warmup, {})
+
+
+def measure_vendor(cases=("5x5", "100x100"), repeats: int = 20, warmup: int = 3) -> list[dict]:
+    require_gpu()
+    return harness.vendor(STUDY, list(cases), repeats, warmup)
+
+
+def launch_once(slug: str, case: str, params: dict | None = None):
+    """Prepare, and return a callable that launches the step once for a test case."""
+    require_gpu()
+    impl = STEPS.impl(slug)
+    return harness.launch_once(STUDY, slug, case, None, impl.params(**(params or {})))
+
+

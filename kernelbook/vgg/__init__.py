@@ -8,7 +8,7 @@ Public API::
     vgg.CASES["B1"]                               # the studied layer, 164.4 GFLOP
 
 Only NumPy and CuPy are needed to import and run this package (PyTorch only for the cuDNN
-comparison in ``run.measure_vendor``).
+comparison in ``study.measure_vendor``).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class Winograd(VggStep):
         a2, cp_, mp, pp = self.padded(shape)
         return a2 * cp_ * mp, a2 * cp_ * pp, a2 * mp * pp
 
-    def launches(self, shape: ConvPoolShape, params: dict) -> list[tuple[str, tuple, tuple, int]]:
+    def launch_table(self, shape: ConvPoolShape, params: dict) -> list[tuple[str, tuple, tuple, int]]:
         """(kernel, grid, block, dynamic smem) of the four launches, in order."""
         a2, cp_, mp, pp = self.padded(shape)
         t = params["threads"]
@@ -68,7 +68,7 @@ class Winograd(VggStep):
                 ("winograd_output", (ceil_div(shape.M * shape.B * shape.Hp * shape.Wp, t), 1, 1), (t, 1, 1), 0)]
 
     def geometry(self, shape, params):
-        _, grid, block, smem = self.launches(shape, params)[2]   # the GEMM: where the time goes
+        _, grid, block, smem = self.launch_table(shape, params)[2]   # the GEMM: where the time goes
         return grid, block, smem
 
     def validate(self, shape, params):
@@ -84,7 +84,7 @@ class Winograd(VggStep):
             raise ShapeError(f"Step 'winograd' needs a {nbytes / 2 ** 30:.1f} GiB workspace for {shape.as_dict()} "
                              f"(limit {WINOGRAD_WORKSPACE_MAX / 2 ** 30:.0f} GiB).",
                              "split the batch into smaller calls, or use another step.")
-        for name, grid, block, smem in self.launches(shape, params):
+        for name, grid, block, smem in self.launch_table(shape, params):
             limits.check_launch(grid, block, dynamic_smem=smem,
                                 static_smem=self.GEMM_SMEM if name == "winograd_gemm" else 0,
                                 what=f"Step 'winograd' ({name}) on {shape.as_dict()}")
@@ -115,7 +115,7 @@ class Winograd(VggStep):
                 "winograd_input": (v, x, B, C, H, W, cp_, pp),
                 "winograd_gemm": (mx, u, v, cp_, mp, pp),
                 "winograd_output": (y, mx, b, B, H, W, M, mp, pp)}
-        for name, grid, block, smem in self.launches(shape, params):
+        for name, grid, block, smem in self.launch_table(shape, params):
             self.kernel(name, params, shape)(grid, block, args[name], shared_mem=smem, stream=stream)
 
 
@@ -137,9 +137,9 @@ class Final(ThreeTF32):
     """Step 10: the fastest FP32-accurate kernel for the call's K.
 
     For K in 1, 3, 5, 7 that is step 09's Winograd F(2×2, K×K) (its kernels, from
-    kernels/vgg/09_winograd.cu: 1.69 ms at B=1 on the H100, rel. L2 2.7e-6, against 3.07 ms for
-    3xTF32; exploratory run). For other K it is this file's 3xTF32 implicit GEMM (step 08's
-    kernel with step 08's tile). Both are FP32-accurate (tolerance 1e-5).
+    kernels/vgg/09_winograd.cu), which the recorded runs time faster than 3xTF32 at B=1 (steps 08
+    and 09's pages). For other K it is this file's 3xTF32 implicit GEMM (step 08's kernel with
+    step 08's tile). Both are FP32-accurate (tolerance 1e-5).
     """
 
     kernel_names = ("conv_pool_final", "tc_pack_weights", "tc_pack_input")

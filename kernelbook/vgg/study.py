@@ -12,9 +12,10 @@ from __future__ import annotations
 
 
 
-from .. import results
+from .. import checks, harness
 from ..study import Column, Study
 from .problem import CASES
+from . import require_gpu
 from .steps import STEPS
 
 NAME = "vgg"
@@ -48,36 +49,27 @@ class VggStudy(Study):
     def problem(self, case: str, size: int | None = None):
         return CASES[case]
 
-    def check(self, impl, case_params: dict, n_random: int, seed: int | None):
-        from .run import check_step
+    # ------------------------------------------------------------------ the problem, for the harness
 
-        params = case_params["B1"]
-        found = check_step(impl.slug, params, n_random=n_random, seed=seed, full_case="B1")
-        ok = bool(found) and all(c.passed for c in found)
-        records = [results.record(NAME, impl.slug, case, None, "correct", 1.0 if ok else 0.0, n_checks=len(found))
-                   for case in self.cases]
-        return records, [dict(c.as_dict(), layer=c.label.split(" ")[0], params=params) for c in found]
+    full_case = "B1"   # the whole layer, checked at sampled pooled outputs
 
-    def measure(self, impl, case_params: dict, sizes: list, repeats: int, warmup: int, options: dict):
-        from .run import measure_step
+    def inputs(self, impl, shape, rng, case=None):
+        from .run import random_inputs
 
-        records = []
-        for case in sizes:
-            records += measure_step(impl.slug, case_params[case], cases=(case,), repeats=repeats, warmup=warmup)
-        return records
+        return random_inputs(shape, rng)
 
-    def launch_once(self, slug: str, case: str, size: int, params: dict, seed: int = 0):
-        from .run import launch_once
+    def check_cases(self, impl, params, n_random, rng):
+        from .run import check_cases
 
-        return launch_once(slug, case, params, seed=seed)
+        return check_cases(impl, params, n_random, rng, self.full_case)
 
-    def vendor(self, sizes: list, repeats: int, warmup: int) -> list[dict]:
-        from .run import measure_vendor
+    def case_records(self, impl, case, shape, params, operands, run, output, op, context, time):
+        return [("gflops", shape.flops / (op.median * 1e6), "GFLOP/s")]
 
-        return measure_vendor(tuple(sizes), repeats=repeats, warmup=warmup)
+    def vendor_runs(self, sizes, seed):
+        from .run import vendor_runs
 
-    def reported_frame(self, step: str):
-        return self.reported_csv(step)
+        return vendor_runs(sizes, seed)
 
     def targets(self) -> list[dict]:
         cuda_fp32 = ["baseline", "weights-shared", "inputs-shared", "weights-registers", "weights-on-the-fly",
@@ -107,13 +99,11 @@ class VggStudy(Study):
         from ..chapter import load_recorded
         from ..report import find_record
 
-        if not chapter.correct:
-            return ["The step failed its correctness check; nothing was timed."]
-        lines = []
-        if chapter.variant == self.steps.steps[-1].slug:  # the final chapter judges the study's targets
-            from ..summary import target_lines
+        from ..summary import opening_lines
 
-            lines += [f"Target: {line}" for line in target_lines(self)]
+        lines = opening_lines(self, chapter)
+        if lines is None:
+            return ["The step failed its correctness check; nothing was timed."]
         worst = max((c.get("measured") or 0.0 for c in chapter.checks), default=0.0)
         lines.append(f"Accuracy: the worst relative L2 error against float64 over {len(chapter.checks)} checks is "
                      f"{worst:.2e} (limit {chapter.step.impl.tolerance:g}).")
@@ -146,3 +136,46 @@ class VggStudy(Study):
 
 
 STUDY = VggStudy()
+
+
+# ---------------------------------------------------------------- the harness's loops, by step name
+
+
+def _study(full_case: str | None = "B1"):
+    import copy
+
+    if full_case == STUDY.full_case:
+        return STUDY
+    study = copy.copy(STUDY)
+    study.full_case = full_case
+    return study
+
+
+def check_step(slug: str, params: dict | None = None, n_random: int = 6, seed: int | None = None,
+               full_case: str | None = "B1") -> list[checks.CheckResult]:
+    """Float64 checks of one step; a launch that raises is a failed check, never a crash."""
+    impl = STEPS.impl(slug)
+    merged = impl.params(**(params or {}))
+    require_gpu()
+    return harness.check_step(_study(full_case), impl, merged, n_random, seed)
+
+
+def measure_step(slug: str, params: dict | None = None, cases=("B1",), repeats: int = 20, warmup: int = 3
+                 ) -> list[dict]:
+    """``op_time_ms`` (median of CUDA-graph replays) and ``gflops`` per case."""
+    impl = STEPS.impl(slug)
+    merged = impl.params(**(params or {}))
+    require_gpu()
+    return harness.measure(STUDY, impl, {case: merged for case in STUDY.cases}, list(cases), repeats, warmup, {})
+
+
+def measure_vendor(cases=("B1",), repeats: int = 20, warmup: int = 3) -> list[dict]:
+    require_gpu()
+    return harness.vendor(STUDY, list(cases), repeats, warmup)
+
+
+def launch_once(slug: str, case="B1", params: dict | None = None, seed: int = 0):
+    """One launch of the step and nothing else (a clean target for Nsight Compute)."""
+    impl = STEPS.impl(slug)
+    require_gpu()
+    return harness.launch_once(STUDY, slug, case, None, impl.params(**(params or {})), seed)

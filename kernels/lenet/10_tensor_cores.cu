@@ -32,7 +32,7 @@
 // Layouts (row-major; global arrays float32):
 //   x: B x C x H x W     k: M x C x K x K (= M x CKK)     y: B x M x H_out x W_out
 //
-// Launch (done by kernelbook.lenet.gemm.TensorCores):
+// Launch (done by kernelbook.lenet.tensor.TensorCores):
 //   block = WARPS * 32 threads, warps side by side along N
 //   grid  = (ceil(N / BN), ceil(M / BM)),  BM = FRAG_M, BN = WARPS * FRAGS_N * FRAG_N
 //

@@ -25,7 +25,7 @@
 // Layouts (row-major; global arrays float32, shared tiles __half):
 //   x: B x C x H x W     k: M x C x K x K (= M x CKK)     y: B x M x H_out x W_out
 //
-// Launch (done by kernelbook.lenet.gemm.IndexReuse):
+// Launch (done by kernelbook.lenet.tensor.IndexReuse):
 //   block = WARPS * 32 threads, warps side by side along N
 //   grid  = (ceil(N / BN), ceil(M / FRAG_M)),  BN = WARPS * FRAGS_N * FRAG_N
 // Loader mapping (THREADS = WARPS * 32, kThreads below; COLS and ROW_GROUPS are in Config):

@@ -12,7 +12,7 @@
 //   conv_wmma_m8n32k16     8-row fragments: for M <= 8 (C1: M = 4 pads 8 rows instead of 16,
 //                          so half as many tensor-core operations are wasted on zero rows)
 //
-// The rule lives in kernelbook.lenet.gemm.PerLayer.launch (policy "auto"): M <= 8 takes the
+// The rule lives in kernelbook.lenet.tensor.PerLayer.launch (policy "auto"): M <= 8 takes the
 // 8 x 32 kernel, anything larger the 16 x 16 one. Both kernels are compiled from this file with
 // the same -D parameters; only the fragment shape differs.
 //
@@ -25,7 +25,7 @@
 // Layouts (row-major; global arrays float32, shared tiles __half):
 //   x: B x C x H x W     k: M x C x K x K (= M x CKK)     y: B x M x H_out x W_out
 //
-// Launch (done by kernelbook.lenet.gemm.PerLayer), for the chosen fragment FM x FN:
+// Launch (done by kernelbook.lenet.tensor.PerLayer), for the chosen fragment FM x FN:
 //   block = WARPS * 32 threads, warps side by side along N
 //   grid  = (ceil(N / BN), ceil(M / FM)),  BN = WARPS * FRAGS_N * FN
 //

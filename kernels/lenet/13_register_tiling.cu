@@ -24,7 +24,7 @@
 //   k_tile is stored transposed, [BK][BM + 1], so that a thread's TM values of one reduction
 //   index are one row (the + 1 keeps the transposing stores free of bank conflicts).
 //
-// Launch (done by kernelbook.lenet.gemm.RegisterTiling):
+// Launch (done by kernelbook.lenet.tensor.RegisterTiling):
 //   block = (BM / TM) * (BN / TN) threads (1-D)
 //   grid  = (ceil(N / BN), ceil(M / BM)),  N = B * H_out * W_out
 // Loader mapping: thread t owns column (t % BN) + j*THREADS of the x tile and rows

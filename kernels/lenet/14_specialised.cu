@@ -44,7 +44,7 @@
 //   x: B x C x H x W     k: M x C x K x K     y: B x M x H_out x W_out
 //   c_weights (WEIGHTS_SMEM = 0): k copied by the host, zero-padded to NGROUPS * MG maps
 //
-// Launch (done by kernelbook.lenet.gemm.Final):
+// Launch (done by kernelbook.lenet.final.Specialised):
 //   conv_direct:        block THREADS, grid (B * NBANDS, ceil(M / MG)), static shared memory
 //   conv_direct_3xtf32: block THREADS, grid (B * NBANDS, ceil(M / 16)), dynamic shared memory
 //                       4 * (2 * CIN * ROWS_IN * TC_RS + 2 * KSTEPS * 128) bytes

@@ -1,0 +1,249 @@
+"""The core harness on a fabricated study: NumPy arrays stand in for the device, a fake timer for
+CUDA events. Nothing here knows LeNet, the MLP or VGG: what the core promises (validate before
+any launch, poison, compare with float64, one timer, one record shape, one profiler launch)
+holds for any study that answers the harness's questions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from kernelbook import harness
+from kernelbook.errors import LaunchLimitError, ShapeError
+from kernelbook.measure import Measured
+from kernelbook.steps import Launch, Step, StepImpl, StepList
+from kernelbook.study import Study
+
+
+@dataclass(frozen=True)
+class Vec:
+    """y = 2 x for n numbers, b times."""
+
+    b: int
+    n: int
+
+    @property
+    def y_shape(self):
+        return (self.b, self.n)
+
+    @property
+    def flops(self):
+        return self.b * self.n
+
+    @property
+    def min_bytes(self):
+        return 8 * self.b * self.n
+
+    def as_dict(self):
+        return {"b": self.b, "n": self.n}
+
+
+LAUNCHES: list[str] = []
+
+
+class Double(StepImpl):
+    defaults = {"limit": 64}
+
+    def validate(self, shape, params):
+        if shape.n > params["limit"]:
+            raise ShapeError(f"n={shape.n} is over {params['limit']}.", "pass a smaller n.")
+
+    def launch(self, y, x, shape, params, stream=None):
+        LAUNCHES.append(self.slug)
+        y[...] = 2 * x
+
+
+class HalfWritten(Double):
+    def launch(self, y, x, shape, params, stream=None):
+        LAUNCHES.append(self.slug)
+        y[:, : shape.n // 2] = 2 * x[:, : shape.n // 2]
+
+
+class Rounded(Double):
+    tolerance = 1e-5
+
+    def launch(self, y, x, shape, params, stream=None):
+        LAUNCHES.append(self.slug)
+        y[...] = (2 * x).astype(np.float16)
+
+
+class Raises(Double):
+    def launch(self, y, x, shape, params, stream=None):
+        raise RuntimeError("the kernel fell over")
+
+
+class Declared(StepImpl):
+    """A step written the new way: its launches as data, nothing launched by hand."""
+
+    defaults = {"threads": 32}
+
+    def launches(self, shape, params):
+        t = params["threads"]
+        return [Launch("double_rows", (shape.b,), (t,), dynamic_smem=4 * t)]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        (x,) = operands
+        return (y, x, shape.n)
+
+    def kernel(self, name, params, problem):
+        def run(grid, block, args, shared_mem=0, stream=None):
+            LAUNCHES.append((name, grid, block, shared_mem))
+            y, x, n = args
+            y[...] = 2 * x
+
+        return run
+
+
+STEPS = StepList("toy", [Step(0, "double", "00_double", "Double", Double),
+                         Step(1, "half-written", "01_half_written", "Half written", HalfWritten),
+                         Step(2, "rounded", "02_rounded", "Rounded", Rounded),
+                         Step(3, "raises", "03_raises", "Raises", Raises),
+                         Step(4, "declared", "04_declared", "Declared", Declared)])
+
+
+class Toy(Study):
+    name = "toy"
+    title = "Toy"
+    steps = STEPS
+    cases = ("short", "long")
+    default_sizes = (2, 3)
+
+    def array_module(self):
+        return np
+
+    def problem(self, case, size):
+        return Vec(size, {"short": 8, "long": 40}[case])
+
+    def inputs(self, impl, shape, rng, case=None):
+        return (rng.uniform(-1, 1, shape.y_shape).astype(np.float32),)
+
+    def check_cases(self, impl, params, n_random, rng):
+        shapes = [("short", Vec(1, 8)), ("long", Vec(1, 40))]
+        while len(shapes) < 2 + n_random:  # random shapes inside what the step accepts
+            shape = Vec(1, int(rng.integers(1, 100)))
+            try:
+                impl.validate(shape, params)
+            except ShapeError:
+                continue
+            shapes.append(("random", shape))
+        out = []
+        for label, shape in shapes:
+            (x,) = self.inputs(impl, shape, rng)
+            out.append(harness.CheckCase(label, shape, (x,), lambda x=x: 2 * x.astype(np.float64)))
+        return out
+
+    def case_records(self, impl, case, shape, params, operands, run, output, op, context, time):
+        got = output()
+        return [("max_out", float(np.abs(got).max()), "")]
+
+    def size_records(self, impl, size, context, time):
+        return [("all", "size_time_ms", time(lambda: None), "ms")]
+
+    def vendor_runs(self, sizes, seed):
+        rng = np.random.default_rng(seed)
+        for size in sizes:
+            for case in self.cases:
+                shape = self.problem(case, size)
+                (x,) = self.inputs(None, shape, rng)
+                yield harness.VendorRun("numpy-fp32", case, size, shape, lambda x=x: 2 * x,
+                                        accuracy=lambda out, x=x: {"rel_l2_error": float(
+                                            np.linalg.norm(out - 2 * x) / np.linalg.norm(2 * x))})
+
+
+STUDY = Toy()
+TIMED: list[dict] = []
+
+
+def fake_timer(fn, repeats, warmup, graph=False, timing="events"):
+    """Runs ``fn`` warm-up + repeats times and says how it was asked to time."""
+    for _ in range(warmup + repeats):
+        fn()
+    TIMED.append({"graph": graph, "timing": timing})
+    return Measured([1.0] * repeats, extra={"timing": "cuda-graph" if graph else timing})
+
+
+def test_correct_step_passes_every_check_and_each_case_counts_random_shapes():
+    records, rows = STUDY.check(STUDY.impl("double"), {"short": {"limit": 64}, "long": {"limit": 64}}, 4, 1)
+    assert [(r["layer"], r["value"], r["n_checks"]) for r in records] == [("short", 1.0, 5), ("long", 1.0, 5)]
+    assert len(rows) == 6 and all(r["passed"] and r["rel_l2_error"] == 0.0 for r in rows)
+    assert [r["layer"] for r in rows] == ["short", "long"] + ["short, long"] * 4
+
+
+def test_unwritten_output_stays_nan_and_fails():
+    found = harness.check_step(STUDY, STUDY.impl("half-written"), {"limit": 64}, 0, 0)
+    assert [c.passed for c in found] == [False, False]
+    assert found[0].unwritten == 4 and found[1].unwritten == 20
+
+
+def test_precision_loss_beyond_tolerance_fails():
+    found = harness.check_step(STUDY, STUDY.impl("rounded"), {"limit": 64}, 0, 0)
+    assert not any(c.passed for c in found)
+    assert all(c.rel_l2_error > 1e-5 for c in found)
+
+
+def test_a_launch_that_raises_is_a_failed_check_not_a_crash():
+    records, rows = STUDY.check(STUDY.impl("raises"), {"short": {"limit": 64}, "long": {"limit": 64}}, 0, 0)
+    assert all(r["value"] == 0.0 for r in records)
+    assert all("the kernel fell over" in r["error"] for r in rows)
+
+
+def test_per_case_parameters_are_checked_separately():
+    records, rows = STUDY.check(STUDY.impl("double"), {"short": {"limit": 8}, "long": {"limit": 64}}, 0, 0)
+    # with limit 8 the long case is refused; the short case's verdict does not count it
+    assert [(r["layer"], r["value"]) for r in records] == [("short", 1.0), ("long", 1.0)]
+    assert any(r["layer"] == "long" and r["params"] == {"limit": 8} and r["error"] for r in rows)
+
+
+def test_measure_times_every_problem_with_one_timer_and_records_one_shape():
+    TIMED.clear()
+    impl = STUDY.impl("double")
+    records = harness.measure(STUDY, impl, {"short": {"limit": 64}, "long": {"limit": 64}}, [2, 3], 3, 1, {},
+                              timer=fake_timer)
+    ops = [r for r in records if r["metric"] == "op_time_ms"]
+    assert [(r["layer"], r["batch"]) for r in ops] == [("short", 2), ("long", 2), ("short", 3), ("long", 3)]
+    assert all(r["flops"] and r["min_bytes"] and r["params"] == {"limit": 64} and len(r["samples"]) == 3
+               for r in ops)
+    assert [r["batch"] for r in records if r["metric"] == "size_time_ms"] == [2, 3]
+    assert all(r["value"] > 0 for r in records if r["metric"] == "max_out")
+    assert TIMED[0] == {"graph": True, "timing": "events"}
+
+
+def test_measure_refuses_an_invalid_problem_before_any_launch():
+    LAUNCHES.clear()
+    with pytest.raises(ShapeError):
+        harness.measure(STUDY, STUDY.impl("double"), {"short": {"limit": 4}, "long": {"limit": 4}}, [2], 3, 1, {},
+                        timer=fake_timer)
+    assert LAUNCHES == []
+
+
+def test_launch_once_launches_nothing_until_called_then_once():
+    LAUNCHES.clear()
+    launch = STUDY.launch_once("double", "short", 2, {"limit": 64})
+    assert LAUNCHES == []
+    launch()
+    assert LAUNCHES == ["double"]
+
+
+def test_vendor_runs_are_checked_and_timed_with_one_timer():
+    TIMED.clear()
+    records = harness.vendor(STUDY, [2], 2, 0, timer=fake_timer)
+    assert {r["variant"] for r in records} == {"numpy-fp32"}
+    ops = [r for r in records if r["metric"] == "op_time_ms"]
+    assert len(ops) == 2 and all(r["rel_l2_error"] == 0.0 for r in ops)
+    assert [r["metric"] for r in records].count("rel_l2_error") == 2
+
+
+def test_a_step_declared_as_launches_is_checked_launched_and_profiled_from_one_list():
+    impl = STUDY.impl("declared")
+    LAUNCHES.clear()
+    found = harness.check_step(STUDY, impl, impl.params(), 2, 0)
+    assert all(c.passed for c in found) and LAUNCHES[0] == ("double_rows", (1,), (32,), 128)
+    assert impl.kernels_for(impl.params(), Vec(2, 8)) == ("double_rows",)
+    with pytest.raises(LaunchLimitError, match="2048"):
+        impl.validate(Vec(1, 8), impl.params(threads=2048))
+    LAUNCHES.clear()
+    records, rows = STUDY.check(impl, {"short": {"threads": 2048}, "long": {"threads": 2048}}, 0, 0)
+    assert LAUNCHES == [] and all(r["value"] == 0.0 for r in records)
+    assert all("LaunchLimitError" in r["error"] for r in rows)

@@ -1,0 +1,58 @@
+"""Each study's answers to the harness (its check cases, inputs and problems) are consistent on a
+machine without a GPU: the references have the output's shape, the inputs the problem's, the
+cases the harness checks are the study's own. (The harness itself is tested on a toy study in
+test_harness.py; the launches need a GPU: test_gpu.py, test_mlp_gpu.py, test_vgg_gpu.py.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernelbook import harness
+from kernelbook.lenet import STUDY as LENET
+from kernelbook.mlp import STUDY as MLP
+from kernelbook.vgg import STUDY as VGG
+
+
+@pytest.mark.parametrize("study, step, n_random, fixed", [(LENET, "baseline", 3, ["C1", "C3"]),
+                                                          (MLP, "baseline", 2, None),
+                                                          (VGG, "register-tiled", 2, None)])
+def test_check_cases_carry_inputs_and_a_float64_reference_of_the_output(study, step, n_random, fixed):
+    impl = study.impl(step)
+    cases = study.check_cases(impl, impl.params(), n_random, np.random.default_rng(0))
+    assert all(isinstance(c, harness.CheckCase) for c in cases)
+    if fixed:
+        assert [c.label for c in cases[:len(fixed)]] == fixed
+    small = [c for c in cases if np.prod(c.shape.y_shape) < 2_000_000]
+    assert small
+    for case in small:
+        ref = case.reference()
+        assert ref.dtype == np.float64
+        if case.select is None:
+            assert ref.shape == tuple(case.shape.y_shape)
+        assert case.host[0].dtype == np.float32
+
+
+def test_vgg_checks_the_whole_layer_at_sampled_outputs_and_fails_an_unwritten_one():
+    impl = VGG.impl("register-tiled")
+    full = VGG.check_cases(impl, impl.params(), 0, np.random.default_rng(0))[-1]
+    assert full.label.startswith("B1 sampled") and full.select is not None
+    got = np.zeros(full.shape.y_shape, np.float32)
+    assert not np.isnan(full.select(got)).any()
+    got[0, 0, 5, 7] = np.nan  # unwritten somewhere the sample does not look
+    assert np.isnan(full.select(got)).any()
+
+
+def test_lenet_random_check_shapes_are_ones_the_step_accepts():
+    impl = LENET.impl("hopper-final")
+    for case in LENET.check_cases(impl, impl.params(), 6, np.random.default_rng(1))[2:]:
+        impl.validate(case.shape, impl.params())  # raises if the study drew a refused shape
+
+
+@pytest.mark.parametrize("study, case, size", [(LENET, "C3", 7), (MLP, "5x5", None), (VGG, "B1", None)])
+def test_inputs_have_the_problem_s_shapes(study, case, size):
+    impl = study.impl(study.steps.baseline.slug)
+    shape = study.problem(case, study.size_of(case, size))
+    host = study.inputs(impl, shape, np.random.default_rng(0), case)
+    assert host[0].dtype == np.float32
+    assert case in [c for c, _ in harness.problems(study, [size] if size else [case])]
