@@ -19,16 +19,18 @@ import ast
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
+from typing import Any, Callable, TextIO
 
 from . import paths, results
+from .atomic import write_json_atomic, write_text_atomic
+from .errors import KernelbookError
 from .toc import BatchError, book_notebooks, notebook_name, select  # noqa: F401  (re-exported)
-from .atomic import write_json_atomic
 
 #: Parameters every notebook defines; the batch always passes them, so they are never "unknown".
 ALWAYS_PASSED = ("mode", "run_id")
@@ -113,26 +115,38 @@ class NotebookResult:
     name: str
     path: str
     output: str
-    status: str = "pending"  # pending, running, ok, failed
+    status: str = "pending"  # pending, running, ok, failed, interrupted
     seconds: float | None = None
     error: str | None = None
     source_sha256: str | None = None  # of the source that was executed: a later edit makes the page stale
     run_id: str | None = None
     finished_utc: str | None = None
     shown_instead: list = field(default_factory=list)  # [part, name, asked for, shown] of replayed pages
+    worker: str | None = None  # where it ran ("local": in the batch's own process)
+    gpu: str | None = None  # the UUID of the GPU that measured it (None: replayed)
+    attempts: list = field(default_factory=list)  # every try: {worker, gpu, status, error, seconds}
 
 
 @dataclass
 class BatchReport:
-    """What ``run_batch`` did; ``batch.json`` is this object as JSON."""
+    """What ``run_batch`` did; ``batch.json`` is this object as JSON.
 
-    run_id: str
+    ``run_id`` is the run the batch recorded into, or None for a replay batch (which records
+    nothing, so announces no run)."""
+
+    run_id: str | None
     mode: str
     parameters: dict
     out_dir: str
     started_utc: str
     finished_utc: str | None = None
     notebooks: list[NotebookResult] = field(default_factory=list)
+    engine: str = "sequential"
+    workers: int = 1
+    gpus: list = field(default_factory=list)  # every GPU of the batch (measuring), as in the run's manifest
+    seconds: float | None = None
+    interrupted: bool = False
+    measuring: bool = False
 
     earlier: list[NotebookResult] = field(default_factory=list)  # notebooks of earlier batches, kept
 
@@ -143,6 +157,11 @@ class BatchReport:
     @property
     def ok(self) -> bool:
         return not self.failed
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the batch's run exists in the store (a measured batch wrote at least one part)."""
+        return bool(self.run_id) and (paths.results_dir() / self.run_id / "manifest.json").is_file()
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -161,6 +180,8 @@ def _short_error(exc: BaseException, limit: int = 300) -> str:
         detail = f"{exc.ename}: {exc.evalue}"
         if exc.exec_count is not None:
             detail = f"cell [{exc.exec_count}] {detail}"
+    elif isinstance(exc, KernelbookError):
+        detail = f"{exc.message} Fix: {exc.fix}"
     else:
         detail = str(exc)
     detail = " ".join(detail.split())
@@ -181,7 +202,7 @@ def source_digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _record_source(output: Path, source: Path) -> None:
+def _record_source(nb, source: Path) -> None:
     """Point papermill's ``input_path`` at the MyST source, and show the parameters once.
 
     Papermill adds a cell of injected parameters after the ``parameters`` cell; a reader would see
@@ -189,11 +210,6 @@ def _record_source(output: Path, source: Path) -> None:
     ``parameters`` cell (a line per injected name replaced, new names appended) and the injected
     cell is hidden.
     """
-    import nbformat
-
-    if not output.is_file():
-        return
-    nb = nbformat.read(output, as_version=4)
     nb.metadata.setdefault("papermill", {})["input_path"] = _relative(source)
     injected = next((c for c in nb.cells if "injected-parameters" in (c.get("metadata", {}).get("tags") or [])), None)
     original = next((c for c in nb.cells if "parameters" in (c.get("metadata", {}).get("tags") or [])), None)
@@ -213,7 +229,6 @@ def _record_source(output: Path, source: Path) -> None:
                 lines.append(line)
         original.source = "\n".join(lines + list(values.values()))
         injected.metadata.setdefault("tags", []).append("remove-cell")
-    nbformat.write(nb, output)
 
 
 # ----------------------------------------------------------------------------- the batch
@@ -231,6 +246,10 @@ def run_batch(
     book_root: Path | None = None,
     kernel_name: str = "python3",
     progress_bar: bool = True,
+    workers: int | None = 1,
+    gpus: str | None = None,
+    scheduler: str | None = None,
+    live: TextIO | None = None,
 ) -> BatchReport:
     """Execute the book's notebooks (or those matching ``only``) with papermill.
 
@@ -238,9 +257,22 @@ def run_batch(
     by the whole batch so that a measured batch lands in one recorded run. A notebook that
     raises is recorded as failed (its partially executed copy is kept) and the batch goes on.
     Problems that would make every notebook fail (unknown parameter names, a pattern that
-    matches nothing, a bad mode) are raised before anything runs.
+    matches nothing, a bad mode, an empty store to replay from) are raised before anything runs.
+
+    Where the notebooks execute (``kernelbook.cluster``): ``workers=1`` in this process, one after
+    another; ``workers=N`` on a Dask ``LocalCluster`` of N processes (replaying only: timings
+    taken side by side on one GPU would disturb each other); ``workers=None``: the machine's cores
+    when replaying, else 1; ``gpus`` ("2" or "0,2"): one dask-cuda worker per GPU;
+    ``scheduler``: the running Dask cluster at that address. Wherever they run, this process is
+    the only writer of the results store and of ``out_dir``. On a cluster, a notebook that fails
+    or whose worker dies is tried once more, on another worker when there is one.
+
+    ``log`` gets one line per notebook when it ends and a summary; ``live`` (a terminal) also
+    shows one line per running notebook (worker, GPU, seconds so far), redrawn each second.
     """
     import nbformat
+
+    from . import cluster, gpu
 
     parameters = dict(parameters or {})
     # ``-p mode=...`` / ``-p run_id=...`` are accepted as spellings of the dedicated arguments.
@@ -260,33 +292,43 @@ def run_batch(
         raise BatchError(f"mode={mode!r} is not one of {', '.join(MODES)}.", "pass --mode auto, measure or replay.")
     given_run_id = bool(run_id)
     run_id = results.validate_run_id(run_id) if run_id else results.new_run_id()
+    if gpus is not None and scheduler:
+        raise BatchError("--gpus starts a cluster on this machine and --scheduler uses a running one.",
+                         "pass one of them.")
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise BatchError(f"--workers {workers!r} is not a positive number of processes.",
+                         "pass --workers 1 (in this process, one after another) or more.")
+    if gpus is not None:
+        cluster.parse_gpus(gpus)  # a malformed --gpus costs nothing
 
     toc = Path(toc) if toc else paths.REPO_ROOT / "_toc.yml"
     book_root = Path(book_root) if book_root else paths.book_dir()
     out_dir = Path(out_dir) if out_dir else paths.build_dir() / "executed"
     notebooks = select(book_notebooks(toc), only, book_root)
 
-    from . import gpu
-
-    ok, why = gpu.availability()
-    if mode == "measure" and not ok:  # refuse in seconds, before any page could quietly replay
-        raise BatchError(f"--mode measure needs a CUDA GPU, but {why}.",
-                         "run on a machine with an NVIDIA GPU, or use --mode replay (or auto) to show the recorded runs.")
+    local_ok, why = gpu.availability()
+    if gpus is not None:
+        measuring = mode != "replay"
+    elif scheduler:
+        measuring = mode == "measure"  # auto: decided once the workers said whether they have GPUs
+    else:
+        if mode == "measure" and not local_ok:  # refuse in seconds, before any page could quietly replay
+            raise BatchError(f"--mode measure needs a CUDA GPU, but {why}.",
+                             "run on a machine with an NVIDIA GPU, or use --mode replay (or auto) to show the "
+                             "recorded runs.")
+        measuring = mode == "measure" or (mode == "auto" and local_ok)
+        if workers is None:
+            workers = 1 if measuring else max(1, min(os.cpu_count() or 1, len(notebooks)))
+        elif workers > 1 and measuring:
+            raise BatchError(f"--workers {workers} would time {workers} notebooks on one GPU at once, and each "
+                             "would disturb the others' timings.",
+                             "measure with --gpus N (one worker per GPU), or replay with --mode replay --workers N.")
     _check_writable(out_dir)
-    report = BatchReport(
-        run_id=run_id, mode=mode, parameters=parameters, out_dir=_relative(out_dir),
-        started_utc=results.utc_now(),
-    )
-    batch_json = out_dir / "batch.json"
-    # Notebooks that will replay write nothing, so a generated run id is not passed to them: a
-    # reader of a replayed page must not see the id of a run that was never recorded.
-    measuring = mode == "measure" or (mode == "auto" and ok)
-    injected = {**parameters, "mode": mode, "run_id": run_id if measuring or given_run_id else None}
 
     with tempfile.TemporaryDirectory(prefix="kernelbook-batch-") as tmp:
         # Convert and check every notebook first: a typo in -p should cost seconds, not a
         # half-measured batch.
-        prepared = []
+        prepared, entries = [], []
         for source in notebooks:
             name = notebook_name(source, book_root)
             nb = _load_source(source)
@@ -296,81 +338,317 @@ def run_batch(
             _check_parameters(name, source, ipynb, nb, parameters)
             output = out_dir / f"{name}.ipynb"
             prepared.append((source, ipynb, output))
-            report.notebooks.append(NotebookResult(name=name, path=_relative(source), output=_relative(output),
-                                                   source_sha256=source_digest(source)))
+            entries.append(NotebookResult(name=name, path=_relative(source), output=_relative(output),
+                                          source_sha256=source_digest(source)))
+        if not measuring and not scheduler:
+            _refuse_empty_store(notebooks)
 
         out_dir.mkdir(parents=True, exist_ok=True)
         lock = _batch_lock(out_dir).__enter__()
+        engine = None
         try:
+            if gpus is not None or scheduler or (workers or 1) > 1:
+                engine = cluster.DaskEngine(workers=workers, gpus=gpus, scheduler=scheduler, measuring=measuring)
+                if scheduler and mode == "auto":
+                    measuring = bool(engine.gpus) and all(engine.gpus.values())
+                    engine.measuring = measuring
+                if scheduler and measuring:
+                    engine.require_measuring()
+                if not measuring:
+                    _refuse_empty_store(notebooks)
+            else:
+                engine = cluster.Sequential(measuring)
+            batch_gpus = _batch_gpus(engine.gpus) if measuring else []
+            if measuring and given_run_id:
+                _refuse_other_model(run_id, batch_gpus)
+            report = BatchReport(
+                run_id=run_id if measuring or given_run_id else None, mode=mode, parameters=parameters,
+                out_dir=_relative(out_dir), started_utc=results.utc_now(), notebooks=entries,
+                engine=engine.name, workers=len(engine.workers), gpus=batch_gpus, measuring=measuring,
+            )
+            # Notebooks that will replay write nothing, so a generated run id is not passed to them:
+            # a reader of a replayed page must not see the id of a run that was never recorded.
+            injected = {**parameters, "mode": mode, "run_id": report.run_id}
+            tasks = []
+            for index, ((source, ipynb, output), entry) in enumerate(zip(prepared, entries)):
+                tasks.append({"key": f"kernelbook-{report.run_id or 'replay'}-{index}-{entry.name}",
+                              "index": index, "name": entry.name,
+                              "notebook": ipynb.read_text(encoding="utf-8"), "cwd": str(source.parent.resolve()),
+                              "parameters": injected, "kernel_name": kernel_name, "measuring": measuring,
+                              "progress_bar": progress_bar and isinstance(engine, cluster.Sequential) and live is None})
+            if engine.dashboard:
+                log(f"Dask dashboard: {engine.dashboard}")
             report.earlier = _earlier(out_dir)  # read under the lock: no batch finishes in between
-            _execute_all(prepared, report, batch_json, injected, kernel_name, progress_bar, measuring, tmp, log)
+            _execute_all(engine, tasks, prepared, report, out_dir / "batch.json", measuring, log, live)
         finally:
+            if engine is not None:
+                engine.close()
             lock.__exit__()
-
-    report.finished_utc = results.utc_now()
-    write_json_atomic(batch_json, report.to_json())
     return report
 
 
-def _execute_all(prepared, report, batch_json, injected, kernel_name, progress_bar, measuring, tmp, log) -> None:
-    """Execute the prepared notebooks one by one, recording each one's state in ``batch.json``."""
-    import papermill
+def _refuse_empty_store(notebooks: list[Path]) -> None:
+    """A replay batch over pages that read the store, with no run in it: refuse at once, instead
+    of letting every page fail one by one with "not recorded"."""
+    if results.list_runs():
+        return
+    readers = [nb for nb in notebooks if "kernelbook" in nb.read_text(encoding="utf-8")]
+    if readers:
+        raise BatchError(
+            f"This batch replays (no GPU is used), and the results store {paths.results_dir()} holds no recorded "
+            f"run: its {len(readers)} page(s) that show recorded numbers would all fail.",
+            "restore the recorded runs (`git checkout -- data/results`), point KERNELBOOK_RESULTS_DIR at a store, "
+            "or record a run on a CUDA machine (`kernelbook run --mode measure`).")
 
-    write_json_atomic(batch_json, report.to_json())
-    total = len(prepared)
-    for index, ((source, ipynb, output), entry) in enumerate(zip(prepared, report.notebooks), start=1):
-        head = f"[{index}/{total}] {entry.name} ..."
-        log(head)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.unlink(missing_ok=True)  # never let a stale copy pass for this batch's result
-        entry.status = "running"  # left behind if the batch is killed: the build refuses it
+
+def _batch_gpus(gpus: dict) -> list[dict]:
+    """The batch's GPUs, once each, with the worker that uses each (for the manifest)."""
+    listed: dict[str, dict] = {}
+    for worker, gpu in sorted(gpus.items()):
+        if gpu:
+            listed.setdefault(gpu["uuid"], {**gpu, "workers": []})["workers"].append(worker)
+    return list(listed.values())
+
+
+def _refuse_other_model(run_id: str, batch_gpus: list[dict]) -> None:
+    try:
+        run = results.load_run(run_id)
+    except KernelbookError:
+        return
+    names = {g["name"] for g in batch_gpus}
+    if names and run.device not in names:
+        raise BatchError(f"Run {run_id} was measured on {run.device}; this batch measures on "
+                         f"{', '.join(sorted(names))}: one run holds the numbers of one GPU model.",
+                         "leave the run id out (a new run), or measure on the run's GPU model.")
+
+
+def _dependencies(names: list[str]) -> list[set[int]]:
+    """What a measured notebook waits for, so that it reads what the pages before it recorded in
+    this run, as in a sequential batch: the previous page of its folder (a chapter compares with
+    the steps before it; a folder's last page, e.g. its profiles, comes after its chapters) and
+    every top-level page before it; a top-level page (the summary) waits for every page before it."""
+    deps: list[set[int]] = []
+    last: dict[str, int] = {}
+    top: list[int] = []
+    for index, name in enumerate(names):
+        folder = name.rpartition("/")[0]
+        if not folder:
+            deps.append(set(range(index)))
+            top.append(index)
+        else:
+            deps.append(({last[folder]} if folder in last else set()) | set(top))
+            last[folder] = index
+    return deps
+
+
+def _execute_all(engine, tasks, prepared, report, batch_json, measuring, log, live) -> None:
+    """Hand the tasks to the engine (in dependency order when measuring on several workers),
+    take each result as it comes, write it, and keep ``batch.json`` up to date."""
+    from . import cluster
+
+    parallel = not isinstance(engine, cluster.Sequential)
+    deps = _dependencies([t["name"] for t in tasks]) if measuring and parallel else [set() for _ in tasks]
+    total = len(tasks)
+    submitted: set[int] = set()
+    done: set[int] = set()
+    progress = _Progress(engine, report, log, live)
+    started = time.perf_counter()
+
+    def submit_ready() -> None:
+        for index, task in enumerate(tasks):
+            if index not in submitted and deps[index] <= done:
+                submitted.add(index)
+                entry = report.notebooks[index]
+                (Path(prepared[index][2])).unlink(missing_ok=True)  # never let a stale copy pass for this batch's
+                entry.status = "running"  # left behind if the batch is killed: the build refuses it
+                engine.submit(task)
         write_json_atomic(batch_json, report.to_json())
-        notes = Path(tmp) / f"{index}.notes.jsonl"
-        os.environ[NOTES_ENV] = str(notes)
-        started = time.perf_counter()
+
+    try:
+        submit_ready()
+        progress.start()
+        while engine.pending():
+            task, result, error = engine.next_result()
+            index = task["index"]
+            entry = report.notebooks[index]
+            if result is None:  # the worker died (or left) while it ran the notebook
+                worker = task.get("died_on") or "?"
+                attempt = {"worker": worker, "gpu": None, "status": "failed",
+                           "error": f"the worker died: {cluster.describe_failure(error)}", "seconds": None}
+            else:
+                attempt = {"worker": result["worker"], "gpu": (result["gpu"] or {}).get("uuid"),
+                           "status": result["status"], "error": result["error"], "seconds": result["seconds"]}
+                if result["status"] == "ok":
+                    attempt.update(_accept(result, entry, prepared[index], report, measuring))
+            entry.attempts.append(attempt)
+            head = f"[{index + 1}/{total}] {entry.name} ..."
+            where = f"worker {attempt['worker']}" + (f", {cluster.gpu_label(result['gpu'])}"
+                                                      if result is not None and result["gpu"] else "")
+            if attempt["status"] != "ok" and parallel and len(entry.attempts) < 2:
+                progress.line(f"{head} failed on {where} ({attempt['error']}); trying it once more"
+                              + (" on another worker" if len(engine.workers) > 1 else ""))
+                engine.submit(task, avoid=attempt["worker"])
+                continue
+            if result is not None and attempt["status"] != "ok":
+                attempt.update(_accept(result, entry, prepared[index], report, measuring, failed=True))
+            entry.status, entry.error, entry.seconds = attempt["status"], attempt["error"], attempt["seconds"]
+            entry.worker, entry.gpu = attempt["worker"], attempt["gpu"]
+            entry.finished_utc = results.utc_now()
+            entry.run_id = report.run_id if measuring and report.recorded else None
+            suffix = f", {where}" if parallel else ""
+            seconds = f"{entry.seconds:.1f} s" if entry.seconds is not None else "no time"
+            if entry.status == "ok":
+                progress.line(f"{head} ok ({seconds}{suffix})")
+            else:
+                progress.line(f"{head} FAILED ({entry.error}{suffix})")
+            done.add(index)
+            submit_ready()
+    except KeyboardInterrupt:
+        report.interrupted = True
+        for entry in report.notebooks:
+            if entry.status == "running":
+                entry.status, entry.error = "interrupted", "interrupted (Ctrl-C) while it ran; nothing of it was kept"
+        raise
+    finally:
+        progress.stop()
+        report.finished_utc = results.utc_now()
+        report.seconds = round(time.perf_counter() - started, 1)
+        write_json_atomic(batch_json, report.to_json())
+    progress.summary()
+
+
+def _accept(result: dict, entry: NotebookResult, prepared: tuple, report: BatchReport, measuring: bool,
+            failed: bool = False) -> dict:
+    """Write what a notebook produced: its executed copy, and its recorded parts into the store
+    (validated first; each file whole). Returns changes to the attempt (a refused recording
+    makes the notebook fail)."""
+    import nbformat
+
+    from . import cluster
+
+    source, _, output = prepared
+    if result.get("notebook"):
         try:
-            papermill.execute_notebook(
-                str(ipynb),
-                str(output),
-                parameters=injected,
-                kernel_name=kernel_name,
-                progress_bar=progress_bar,
-                cwd=str(source.parent),
-            )
-        except Exception as exc:  # one broken chapter must not stop the others
-            entry.status, entry.error = "failed", _short_error(exc)
-        else:
-            entry.status = "ok"
-        finally:
-            os.environ.pop(NOTES_ENV, None)
-        entry.seconds = round(time.perf_counter() - started, 2)
-        entry.finished_utc = results.utc_now()
-        entry.run_id = report.run_id if measuring else None
-        entry.shown_instead = _read_notes(notes)
-        _record_source(output, source)
-        if entry.status == "ok":
-            log(f"{head} ok ({entry.seconds:.1f} s)")
-        else:
-            log(f"{head} FAILED ({entry.error})")
-        write_json_atomic(batch_json, report.to_json())
+            nb = nbformat.reads(result["notebook"], as_version=4)
+        except Exception as exc:  # noqa: BLE001 - a damaged notebook from a worker is that notebook's failure
+            return {"status": "failed", "error": f"the executed notebook came back damaged ({_short_error(exc)})"}
+        _record_source(nb, source)
+        write_text_atomic(Path(output), nbformat.writes(nb))
+    entry.shown_instead = cluster.notes_entries(result.get("notes") or [])
+    try:
+        for staged in result.get("staged") or []:
+            _write_staged(staged, result.get("gpu"), report)
+    except KernelbookError as exc:
+        return {"status": "failed", "error": f"its recording was refused: {exc.message} Fix: {exc.fix}"}
+    return {}
 
 
-NOTES_ENV = "KERNELBOOK_NOTES_FILE"  # the same name as kernelbook.session.NOTES_ENV
+def _write_staged(staged: dict, gpu: dict | None, report: BatchReport) -> None:
+    """Validate a run a worker staged (manifest and parts) and write it into the store."""
+    run_id = results.validate_run_id(staged.get("run_id"))
+    label = Path(f"<staged by a worker>/{run_id}")
+    try:
+        manifest = json.loads(staged["manifest"])
+        parts = {name: json.loads(text) for name, text in staged["parts"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise results.ResultsError(f"The recording staged for run {run_id} is not valid JSON ({exc}).",
+                                   "run the notebook again; report it if it persists.") from None
+    results.validate_manifest(manifest, label / "manifest.json")
+    if manifest["run_id"] != run_id:
+        raise results.ResultsError(f"A staged manifest names run {manifest['run_id']!r} in folder {run_id}.",
+                                   "run the notebook again.")
+    if report.run_id and run_id != report.run_id:
+        raise results.ResultsError(f"The notebook recorded into run {run_id}, not into the batch's run {report.run_id}.",
+                                   "pass the batch's run_id through to every recorded() call.")
+    for name, part in parts.items():
+        results.validate_part(part, label / "parts" / f"{name}.json")
+        if part["run_id"] != run_id or part["name"] != name:
+            raise results.ResultsError(f"Staged part {name} names run {part['run_id']!r} and part {part['name']!r}.",
+                                       "run the notebook again.")
+    fields = {k: v for k, v in manifest.items() if k not in ("schema", "run_id")}
+    fields["gpus"] = report.gpus
+    fields["batch"] = {"engine": report.engine, "workers": report.workers}
+    run = results.create_run(fields, run_id=run_id)  # reopens the run when an earlier page created it
+    if gpu and run.device != gpu["name"] and run.device != manifest["device"]["name"]:
+        raise results.ResultsError(f"Run {run_id} holds measurements of {run.device}; this one comes from {gpu['name']}.",
+                                   "one run holds one GPU model: measure into a new run.")
+    for name, part in parts.items():
+        if gpu:  # every record names the GPU that measured it
+            part = {**part, "gpu": {k: gpu.get(k) for k in ("index", "uuid", "name")},
+                    "records": [{**record, "gpu": gpu["uuid"]} for record in part["records"]]}
+        results.validate_part(part, run.part_path(name))
+        write_json_atomic(run.part_path(name), part)
+
+
+class _Progress:
+    """One line per notebook when it ends (``log``), a summary at the end, and on a terminal
+    (``live``) one line per running notebook, redrawn each second: worker, GPU, seconds so far."""
+
+    def __init__(self, engine, report: BatchReport, log, live: TextIO | None):
+        self.engine, self.report, self.log, self.live = engine, report, log, live
+        self.drawn = 0
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.started = time.perf_counter()
+
+    def start(self) -> None:
+        if self.live is not None:
+            self.thread = threading.Thread(target=self._tick, name="kernelbook-progress", daemon=True)
+            self.thread.start()
+
+    def _tick(self) -> None:
+        while not self.stopping.wait(1.0):
+            self._redraw([])
+
+    def _redraw(self, finished: list[str]) -> None:
+        with self.lock:
+            if self.live is None:
+                for line in finished:
+                    self.log(line)
+                return
+            out = [f"\x1b[{self.drawn}F\x1b[J" if self.drawn else ""]
+            out += [line + "\n" for line in finished]
+            width = max(40, shutil.get_terminal_size((100, 20)).columns - 1)
+            now = time.time()
+            live = []
+            if not self.stopping.is_set():
+                for name, worker, gpu, since in sorted(self.engine.running().values(), key=lambda item: item[3]):
+                    where = f"worker {worker}" + (f", {gpu}" if gpu else "")
+                    live.append(f"  running {name} ({where}, {now - since:.0f} s)"[:width])
+            out += [line + "\n" for line in live]
+            self.drawn = len(live)
+            self.live.write("".join(out))
+            self.live.flush()
+
+    def line(self, text: str) -> None:
+        if self.live is None:
+            self.log(text)
+            return
+        self._redraw([text])
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+        if self.live is not None:
+            self._redraw([])
+
+    def summary(self) -> None:
+        report = self.report
+        ok = sum(1 for nb in report.notebooks if nb.status == "ok")
+        retried = sum(1 for nb in report.notebooks if len(nb.attempts) > 1)
+        per_worker: dict[str, int] = {}
+        for nb in report.notebooks:
+            if nb.worker:
+                per_worker[nb.worker] = per_worker.get(nb.worker, 0) + 1
+        spread = ", ".join(f"{w}: {n}" for w, n in sorted(per_worker.items()))
+        self.log(f"{ok} of {len(report.notebooks)} notebooks ok, {len(report.notebooks) - ok} failed, "
+                 f"{retried} retried, in {report.seconds:.1f} s on {report.engine}"
+                 + (f" (notebooks per worker: {spread})" if len(per_worker) > 1 else ""))
+
+
 LOCK_NAME = ".batch.lock"
-
-
-def _read_notes(path: Path) -> list:
-    """[part, name, asked for, shown] for every value a replayed page showed instead of the asked one."""
-    if not path.is_file():
-        return []
-    found = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        found += [[item["part"], *m] for m in item.get("mismatches", [])]
-    return found
 
 
 def _check_writable(out_dir: Path) -> None:
