@@ -458,16 +458,22 @@ def _execute_all(engine, tasks, prepared, report, batch_json, measuring, log, li
         for index, task in enumerate(tasks):
             if index not in submitted and deps[index] <= done:
                 submitted.add(index)
-                entry = report.notebooks[index]
-                (Path(prepared[index][2])).unlink(missing_ok=True)  # never let a stale copy pass for this batch's
-                entry.status = "running"  # left behind if the batch is killed: the build refuses it
+                if parallel:
+                    starting(index)
                 engine.submit(task)
         write_json_atomic(batch_json, report.to_json())
+
+    def starting(index: int) -> None:
+        Path(prepared[index][2]).unlink(missing_ok=True)  # never let a stale copy pass for this batch's result
+        report.notebooks[index].status = "running"  # left behind if the batch is killed: the build refuses it
 
     try:
         submit_ready()
         progress.start()
         while engine.pending():
+            if not parallel:  # in this process, one after another: this one starts now
+                starting(engine.queue[0]["index"])
+                write_json_atomic(batch_json, report.to_json())
             task, result, error = engine.next_result()
             index = task["index"]
             entry = report.notebooks[index]

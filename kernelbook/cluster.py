@@ -122,14 +122,17 @@ def check_one_model(gpus: dict[str, dict | None]) -> None:
 # ----------------------------------------------------------------------------- one notebook
 
 
-def _ipc_config():
+def _ipc_config(folder: Path):
     """The kernel talks to papermill over Unix sockets (IPC), not unencrypted TCP on localhost:
     nothing to eavesdrop on, and ipykernel's "running over TCP without encryption" warning,
-    once per notebook, has no cause any more."""
+    once per notebook, has no cause any more. The sockets live in the task's private folder
+    (left to itself, jupyter_client would put them in the notebook's folder, where two kernels
+    running side by side would take each other's)."""
     from traitlets.config import Config
 
     config = Config()
     config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(folder / "kernel")
     return config
 
 
@@ -204,7 +207,7 @@ def execute(task: dict) -> dict:
         os.environ.update(env)  # the kernel inherits them (one task at a time per process)
         papermill.execute_notebook(str(source), str(output), parameters=task["parameters"],
                                    kernel_name=task["kernel_name"], progress_bar=task.get("progress_bar", False),
-                                   cwd=task["cwd"], config=_ipc_config())
+                                   cwd=task["cwd"], config=_ipc_config(tmp))
     except Exception as exc:  # one broken chapter must not stop the others
         result["error"] = _short_error(exc)
     else:
