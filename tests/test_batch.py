@@ -206,7 +206,7 @@ def test_given_run_id_is_used_and_stale_outputs_are_replaced(book, tmp_path):
 
 from tinybook import FRONT_MATTER  # noqa: E402
 
-from kernelbook import cluster  # noqa: E402
+from kernelbook import cluster, devices, dispatch  # noqa: E402
 
 #: A page that "measures" without a GPU: it records through the same call a measuring page ends
 #: in (session.keep), with a made-up device, then reads its recording back as a later cell would.
@@ -417,23 +417,23 @@ H100 = {"index": 0, "uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3"}
 
 
 def test_a_batch_refuses_to_mix_gpu_models():
-    cluster.check_one_model({"0": H100, "1": {**H100, "index": 1, "uuid": "GPU-bbbb"}})  # one model: fine
+    devices.check_one_model({"0": H100, "1": {**H100, "index": 1, "uuid": "GPU-bbbb"}})  # one model: fine
     with pytest.raises(BatchError, match="mix GPU models") as info:
-        cluster.check_one_model({"0": H100, "1": {"index": 1, "uuid": "GPU-cccc", "name": "NVIDIA A100-SXM4-40GB"}})
+        devices.check_one_model({"0": H100, "1": {"index": 1, "uuid": "GPU-cccc", "name": "NVIDIA A100-SXM4-40GB"}})
     assert "NVIDIA A100-SXM4-40GB on 1" in info.value.message and "--gpus" in info.value.fix
 
 
 def test_each_worker_sees_its_own_gpu_by_index_or_uuid():
     gpus = [H100, {**H100, "index": 1, "uuid": "GPU-bbbb"}]
-    assert cluster.visible_gpu("1,0", gpus)["uuid"] == "GPU-bbbb"  # dask-cuda's rotation: the first is its own
-    assert cluster.visible_gpu("GPU-aaaa", gpus)["index"] == 0
-    assert cluster.visible_gpu(None, gpus) is not None
-    assert cluster.visible_gpu("", gpus) is None and cluster.visible_gpu("0", []) is None
+    assert devices.visible_gpu("1,0", gpus)["uuid"] == "GPU-bbbb"  # dask-cuda's rotation: the first is its own
+    assert devices.visible_gpu("GPU-aaaa", gpus)["index"] == 0
+    assert devices.visible_gpu(None, gpus) is not None
+    assert devices.visible_gpu("", gpus) is None and devices.visible_gpu("0", []) is None
 
 
 def test_measured_pages_wait_for_the_pages_they_read():
     names = ["intro_page", "lenet/00", "lenet/01", "mlp/00", "lenet/90", "mlp/90", "summary"]
-    deps = batch._dependencies(names)
+    deps = dispatch.dependencies(names)
     assert deps[1] == {0} and deps[2] == {0, 1} and deps[3] == {0}  # a chapter after its predecessor
     assert deps[4] == {0, 2} and deps[5] == {0, 3}  # the profiles after the study's last chapter
     assert deps[6] == set(range(6))  # the summary after everything
@@ -446,7 +446,7 @@ def test_a_recording_that_names_another_run_is_refused(tmp_path, results_root):
     part = {"schema": 1, "run_id": other, "name": "p", "study": "s", "mode": "measure", "records": [], "checks": []}
     report = batch.BatchReport(run_id=run_id, mode="measure", parameters={}, out_dir="o", started_utc="t")
     with pytest.raises(KernelbookError, match="names run"):
-        batch._write_staged({"run_id": run_id, "manifest": json.dumps(manifest), "parts": {"p": json.dumps(part)}},
+        dispatch.write_staged({"run_id": run_id, "manifest": json.dumps(manifest), "parts": {"p": json.dumps(part)}},
                             None, report)
     assert not (results_root / run_id).exists()  # nothing half-written
 
