@@ -79,7 +79,7 @@ def _announce(task: dict, gpu: dict | None) -> None:
         worker = get_worker()
     except (ImportError, ValueError):
         return
-    worker.log_event(TOPIC, {"key": task["key"], "worker": str(worker.name), "gpu": gpu_label(gpu), "at": time.time()})
+    worker.log_event(TOPIC, {"key": task["key"], "name": str(worker.name), "gpu": gpu_label(gpu), "at": time.time()})
 
 
 def _read_staged(staging: Path) -> list[dict]:
@@ -302,7 +302,7 @@ class DaskEngine:
         _, msg = event
         with self.lock:
             if msg.get("key") in self.futures:
-                self.started[msg["key"]] = (self.tasks[msg["key"]]["name"], msg.get("worker", "?"),
+                self.started[msg["key"]] = (self.tasks[msg["key"]]["name"], msg.get("name", "?"),
                                             msg.get("gpu", "") if self.measuring else "", msg.get("at", time.time()))
 
     # -- tasks
@@ -386,12 +386,24 @@ def _has_bokeh() -> bool:
 
 
 def _connect(address: str):
-    """A client of the running cluster at ``address``, or a clear error within seconds."""
+    """A client of the running cluster at ``address``, or a clear error within seconds.
+
+    The address is tried first with one handshake of Dask's own protocol (a port where something
+    else answers is refused as well as a closed one), so that a failed Client, whose clean-up
+    would take its own timeout again at exit, is never made."""
+    import asyncio
+
     from distributed import Client
+    from distributed.comm import connect
+
+    async def handshake() -> None:
+        comm = await connect(address, timeout=CONNECT_TIMEOUT_S)
+        await comm.close()
 
     try:
+        asyncio.run(asyncio.wait_for(handshake(), CONNECT_TIMEOUT_S + 1))
         return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
+    except Exception as exc:  # OSError, TimeoutError, a bad address, an answer that is not Dask's
         raise BatchError(
             f"Cannot reach a Dask scheduler at {address} within {CONNECT_TIMEOUT_S} s "
             f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}).",
