@@ -350,7 +350,7 @@ def run_batch(
                     engine.measuring = measuring
                 if scheduler and measuring:
                     engine.require_measuring()
-                if not measuring:
+                if scheduler and not measuring:
                     _refuse_empty_store(notebooks)
             else:
                 engine = cluster.Sequential(measuring)

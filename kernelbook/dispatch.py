@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -119,8 +121,30 @@ def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, liv
     progress.summary()
 
 
+@contextmanager
+def _whole():
+    """A Ctrl-C while a notebook's files are written takes effect once they all are: a notebook
+    is kept whole (its executed copy and every part it recorded) or not at all."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            raise KeyboardInterrupt
+
+
 def _accept(result: dict, entry: NotebookResult, prepared: tuple, report: BatchReport, measuring: bool,
             failed: bool = False) -> dict:
+    with _whole():
+        return _write_result(result, entry, prepared, report)
+
+
+def _write_result(result: dict, entry: NotebookResult, prepared: tuple, report: BatchReport) -> dict:
     """Write what a notebook produced: its executed copy, and its recorded parts into the store
     (validated first; each file whole). Returns changes to the attempt (a refused recording
     makes the notebook fail)."""
