@@ -204,6 +204,8 @@ def test_given_run_id_is_used_and_stale_outputs_are_replaced(book, tmp_path):
 
 # ----------------------------------------------------------------------------- Dask: where notebooks run
 
+import os  # noqa: E402
+
 from tinybook import FRONT_MATTER  # noqa: E402
 
 from kernelbook import cluster, devices, dispatch  # noqa: E402
@@ -232,6 +234,7 @@ got = session.Measurement([results.record("tiny", "v{n}", None, None, "op_time_m
 session.keep("tiny-page{n}", "tiny", got, {{"value": value}}, run_id, {{"name": "Test GPU 9000"}})
 back = session.replayed("tiny-page{n}", "tiny", prefer_run=run_id)
 print("read back", back.records[0]["value"], back.session.run.run_id == run_id)
+print("sees", os.environ.get("CUDA_VISIBLE_DEVICES"))
 ```
 """
 
@@ -484,3 +487,52 @@ def test_kernels_run_without_the_tcp_warning(book, tmp_path, capfd):
     report, _ = _run(book, tmp_path / "out", mode="replay", only="*good*", workers=1)
     assert report.ok
     assert "without encryption" not in capfd.readouterr().err
+
+
+FAKE_SMI = """#!/bin/sh
+echo "0, GPU-0a0a0a0a-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 580.65, 81559, 1980, 2619, 1755, 00000000:19:00.0"
+echo "1, GPU-1b1b1b1b-1111-1111-1111-111111111111, NVIDIA H100 80GB HBM3, 580.65, 81559, 1980, 2619, 1755, 00000000:3B:00.0"
+"""
+
+
+@pytest.mark.slow
+def test_gpu_workers_each_measure_on_their_own_gpu_into_one_run(tmp_path, results_root, no_gpu, monkeypatch):
+    """--gpus without GPUs: nvidia-smi is faked, and dask-cuda's cluster is stood in for by two
+    single-threaded workers whose CUDA_VISIBLE_DEVICES dask-cuda would have rotated ("0,1", "1,0")."""
+    from conftest import fabricate_chapter
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    fabricate_chapter(results_root)
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    started = []
+
+    def stand_in(spec):
+        started.append(spec)
+        workers = {i: {"cls": Nanny, "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": v}}}
+                   for i, v in enumerate(["0,1", "1,0"])}
+        return SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": None}}, workers=workers)
+
+    monkeypatch.setattr(cluster, "_cuda_cluster", stand_in)
+    book = _measuring_book(tmp_path / "mbook", pages=3)
+    run_id = results.new_run_id()
+    report, lines = _run(book, tmp_path / "out", run_id=run_id, gpus="2")
+    assert started == ["2"] and report.ok and report.measuring, lines
+    uuids = {"GPU-0a0a0a0a-0000-0000-0000-000000000000", "GPU-1b1b1b1b-1111-1111-1111-111111111111"}
+    assert {g["uuid"] for g in report.gpus} == uuids and report.workers == 2
+    run = results.load_run(run_id, results_root)
+    assert {g["uuid"] for g in run.manifest["gpus"]} == uuids  # the manifest lists every GPU
+    for entry in report.notebooks:
+        seen = _outputs(tmp_path / "out" / f"{entry.name}.ipynb")[-1]
+        assert f"sees {entry.gpu}" in seen  # the kernel saw its worker's GPU, and only it, by UUID
+        part = run.read_part("tiny-" + entry.name.split("/")[1])
+        assert part["gpu"]["uuid"] == entry.gpu and all(r["gpu"] == entry.gpu for r in part["records"])
+        assert entry.run_id == run_id
+    # measured pages of one folder ran in order, each after the one before it had been written
+    finished = [line.split(" ...")[0] for line in lines if " ... ok" in line]
+    assert finished == ["[1/3] part/page1", "[2/3] part/page2", "[3/3] part/page3"]
+    assert all(", GPU " in line for line in lines if " ... ok" in line)
+    assert results.check_store(results_root) == []
