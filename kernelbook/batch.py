@@ -372,8 +372,8 @@ def run_batch(
                               "notebook": ipynb.read_text(encoding="utf-8"), "cwd": str(source.parent.resolve()),
                               "parameters": injected, "kernel_name": kernel_name, "measuring": measuring,
                               "progress_bar": progress_bar and isinstance(engine, cluster.Sequential) and live is None})
-            if engine.dashboard:
-                log(f"Dask dashboard: {engine.dashboard}")
+            if not isinstance(engine, cluster.Sequential):
+                log(engine.describe())
             report.earlier = _earlier(out_dir)  # read under the lock: no batch finishes in between
             from .dispatch import execute_all
 

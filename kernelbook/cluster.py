@@ -267,6 +267,16 @@ class DaskEngine:
     def workers(self) -> list[str]:
         return sorted(self.gpus)
 
+    def describe(self) -> str:
+        """One line when the cluster is up: what it is, its scheduler, its dashboard."""
+        try:
+            address = self.client.scheduler.address
+        except Exception:
+            address = "?"
+        dashboard = self.dashboard or "none (install bokeh>=3.1 for one)"
+        gpus = "; ".join(f"worker {w}: {gpu_label(g)}" for w, g in sorted(self.gpus.items()) if g) if self.measuring else ""
+        return (f"{self.name}, scheduler {address}, Dask dashboard: {dashboard}" + (f"; {gpus}" if gpus else ""))
+
     def _probe(self) -> dict[str, dict | None]:
         """Each worker's name -> its GPU (None for a CPU worker)."""
         info = self.client.scheduler_info()["workers"]

@@ -296,11 +296,13 @@ def test_a_local_cluster_batch_equals_a_sequential_one(measuring_book, tmp_path,
         name = "tiny-" + a.name.split("/")[1]
         one, two = _part(results_root, seq_id, name), _part(results_root, dask_id, name)
         assert one.pop("run_id") == seq_id and two.pop("run_id") == dask_id and one == two
-    # one line per notebook (each printed once), then the summary
-    assert len(par_lines) == 4 and sorted(line.split(" ...")[0] for line in par_lines[:3]) == ["[1/3] part/page1",
-                                                                                               "[2/3] part/page2",
-                                                                                               "[3/3] part/page3"]
-    assert par_lines[3].startswith("3 of 3 notebooks ok, 0 failed, 0 retried")
+    # the cluster's line (scheduler, dashboard), one line per notebook (each printed once), the summary
+    assert par_lines[0].startswith("Dask LocalCluster (2 worker process(es)), scheduler tcp://")
+    assert "Dask dashboard: " in par_lines[0]
+    assert len(par_lines) == 5 and sorted(line.split(" ...")[0] for line in par_lines[1:4]) == ["[1/3] part/page1",
+                                                                                                "[2/3] part/page2",
+                                                                                                "[3/3] part/page3"]
+    assert par_lines[4].startswith("3 of 3 notebooks ok, 0 failed, 0 retried")
     manifest = json.loads((results_root / dask_id / "manifest.json").read_text())
     assert manifest["batch"]["workers"] == 2 and manifest["device"]["name"] == "Test GPU 9000"
     assert results.check_store(results_root) == []
