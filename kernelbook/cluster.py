@@ -234,8 +234,15 @@ class DaskEngine:
             else:
                 from distributed import LocalCluster
 
-                self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                            dashboard_address=":0" if _has_bokeh() else None)
+                try:
+                    self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                                dashboard_address=":0" if _has_bokeh() else None)
+                except RuntimeError as exc:  # "Nanny failed to start"
+                    raise BatchError(
+                        f"The {workers} Dask worker processes did not start ({exc}; the reason is printed above).",
+                        "if a script of yours calls run_batch, put the call under `if __name__ == '__main__':` "
+                        "(workers are started by spawning, which runs the main script again); or pass "
+                        "--workers 1.") from None
                 self.name = f"Dask LocalCluster ({workers} worker process(es))"
             if self.client is None:
                 from distributed import Client

@@ -109,9 +109,12 @@ def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, liv
             submit_ready()
     except KeyboardInterrupt:
         report.interrupted = True
+        started_names = {item[0] for item in engine.running().values()}
         for entry in report.notebooks:
-            if entry.status == "running":
+            if entry.status == "running" and (not parallel or entry.name in started_names):
                 entry.status, entry.error = "interrupted", "interrupted (Ctrl-C) while it ran; nothing of it was kept"
+            elif entry.status == "running":  # queued on the cluster, never started
+                entry.status = "pending"
         raise
     finally:
         progress.stop()

@@ -538,3 +538,75 @@ def test_gpu_workers_each_measure_on_their_own_gpu_into_one_run(tmp_path, result
     assert finished == ["[1/3] part/page1", "[2/3] part/page2", "[3/3] part/page3"]
     assert all(", GPU " in line for line in lines if " ... ok" in line)
     assert results.check_store(results_root) == []
+
+
+def _left_behind(marker: str, wait: float) -> list[int]:
+    """Processes whose environment names ``marker`` (the batch's workers and kernels inherit it)."""
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + wait
+    while True:
+        found = []
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit() and int(proc.name) != os.getpid():
+                try:
+                    if marker.encode() in (proc / "environ").read_bytes():
+                        found.append(int(proc.name))
+                except OSError:
+                    continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+SIGINT_CLIENT = """
+import signal, sys
+from pathlib import Path
+from kernelbook.batch import run_batch
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal, even when started in background
+    root = Path(sys.argv[1])
+    try:
+        run_batch(toc=root / "_toc.yml", book_root=root / "book", out_dir=root / "out", run_id=sys.argv[2],
+                  workers=2, log=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_cluster_and_keeps_only_whole_notebooks(tmp_path, results_root, no_gpu):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import fabricate_chapter
+
+    fabricate_chapter(results_root)
+    book = _measuring_book(tmp_path / "mbook", pages=6)
+    for page in (book / "book" / "part").glob("page*.md"):  # slow pages: some run when Ctrl-C comes
+        page.write_text(page.read_text().replace("import os\n", "import os, time\ntime.sleep(3)\n", 1))
+    script = tmp_path / "client.py"
+    script.write_text(SIGINT_CLIENT)
+    run_id = results.new_run_id()
+    env = {**os.environ, "KERNELBOOK_RESULTS_DIR": str(results_root), "KERNELBOOK_NO_GPU": "1"}
+    client = subprocess.Popen([sys.executable, str(script), str(book), run_id], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (results_root / run_id / "parts" / "tiny-page1.json").exists():
+        time.sleep(0.2)
+    client.send_signal(signal.SIGINT)
+    stopped = time.monotonic()
+    client.communicate(timeout=60)
+    assert client.returncode == 130 and time.monotonic() - stopped < 30
+    assert _left_behind(str(results_root), wait=10) == []  # no worker, no kernel left running
+    saved = json.loads((book / "out" / "batch.json").read_text())
+    statuses = [nb["status"] for nb in saved["notebooks"]]
+    assert saved["interrupted"] and statuses[0] == "ok" and "interrupted" in statuses and "pending" in statuses
+    ok = {nb["name"].split("/")[1] for nb in saved["notebooks"] if nb["status"] == "ok"}
+    run = results.load_run(run_id, results_root)
+    assert {name.removeprefix("tiny-") for name in run.part_names()} == ok  # only notebooks that ended, whole
+    assert results.check_store(results_root) == []
