@@ -296,6 +296,7 @@ def run_batch(
                          "pass --workers 1 (in this process, one after another) or more.")
     if gpus is not None:
         cluster.parse_gpus(gpus)  # a malformed --gpus costs nothing
+        cluster.require_dask_cuda()  # refused before anything is written
 
     toc = Path(toc) if toc else paths.REPO_ROOT / "_toc.yml"
     book_root = Path(book_root) if book_root else paths.book_dir()

@@ -445,12 +445,18 @@ def parse_gpus(spec: str) -> tuple[int | None, str | None]:
     return None, ",".join(ids)
 
 
+def require_dask_cuda() -> None:
+    """Refuse ``--gpus`` at once, before anything is written, where dask-cuda is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("dask_cuda") is None:
+        raise BatchError("--gpus needs dask-cuda, which is not installed.", f"install it: {INSTALL_GPUS}.")
+
+
 def _cuda_cluster(spec: str):
     """dask-cuda's LocalCUDACluster: one single-threaded worker per GPU."""
-    try:
-        from dask_cuda import LocalCUDACluster
-    except ImportError:
-        raise BatchError("--gpus needs dask-cuda, which is not installed.", f"install it: {INSTALL_GPUS}.") from None
+    require_dask_cuda()
+    from dask_cuda import LocalCUDACluster
     count, ids = parse_gpus(spec)
     found = list_gpus()
     if not found:

@@ -399,6 +399,7 @@ def test_gpus_without_dask_cuda_says_how_to_install_it(book, tmp_path):
     with pytest.raises(BatchError) as info:
         _run(book, tmp_path / "out", gpus="1")
     assert "dask-cuda" in info.value.message and "pip install -e '.[gpus]'" in info.value.fix
+    assert not (tmp_path / "out").exists()  # refused before anything was written
 
 
 @pytest.mark.parametrize("spec, expected", [("2", (2, None)), ("0,2", (None, "0,2")), (" 1 ", (1, None)),
@@ -523,6 +524,7 @@ def test_gpu_workers_each_measure_on_their_own_gpu_into_one_run(tmp_path, result
         return SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": None}}, workers=workers)
 
     monkeypatch.setattr(cluster, "_cuda_cluster", stand_in)
+    monkeypatch.setattr(cluster, "require_dask_cuda", lambda: None)
     book = _measuring_book(tmp_path / "mbook", pages=3)
     run_id = results.new_run_id()
     report, lines = _run(book, tmp_path / "out", run_id=run_id, gpus="2")
