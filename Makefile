@@ -3,7 +3,8 @@
 #   make book                      execute the notebooks (measure on a GPU, replay without) and build
 #   make book MODE=replay          never measure, even on a GPU
 #   make book PROFILE=0            measure without the Nsight Compute profiles (quicker)
-#   make book ONLY='lenet/*' PARAMS='repeats=20 batch_sizes=[100,1000]'
+#   make book ONLY='lenet/*' PARAMS='repeats=20 batch_sizes=[100, 1000] label="a b"'
+#   make notebook NB=lenet/00      write book/lenet/00_baseline.ipynb for papermill / Jupyter
 #   make book WORKERS=1            one notebook after another, in one process (default: replaying,
 #                                  a local Dask cluster of one worker per core; measuring, 1)
 #   make book GPUS=2               measure on two GPUs, one dask-cuda worker each (pip install -e '.[gpus]')
@@ -13,8 +14,10 @@
 #   make clean                     remove _build/ (the environment stays; `make distclean` removes it too)
 #
 # The environment is .venv/, created from pyproject.toml; it is reinstalled when pyproject.toml
-# changes. PARAMS is a space-separated list of NAME=VALUE (each becomes `-p NAME=VALUE`), so a
-# value cannot contain spaces: write [100,1000], not [100, 1000].
+# changes; it registers the `kernelbook` Jupyter kernel in .venv. PARAMS is a space-separated
+# list of NAME=VALUE, each as `kernelbook run -p NAME=VALUE` takes it; a value may hold spaces
+# inside brackets or quotes ([100, 1000], "a b"). It travels whole in KERNELBOOK_PARAMS, so the
+# shell never splits or unquotes it.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -32,11 +35,12 @@ GPUS   ?=
 # Nsight Compute profiles every step when measuring; PROFILE=0 skips it for quick runs.
 export KERNELBOOK_PROFILE := $(PROFILE)
 
-RUN_ARGS   := --mode $(MODE) $(if $(ONLY),--only '$(ONLY)') $(foreach p,$(PARAMS),-p '$(p)') \
-              $(if $(WORKERS),--workers $(WORKERS)) $(if $(GPUS),--gpus $(GPUS))
+RUN_ARGS   := --mode $(MODE) $(if $(ONLY),--only '$(ONLY)') $(if $(WORKERS),--workers $(WORKERS)) $(if $(GPUS),--gpus $(GPUS))
 BUILD_ARGS := $(if $(filter 1,$(STRICT)),,--no-strict)
 
-.PHONY: book run build test test-gpu render clean distclean env
+.PHONY: book run build test test-gpu render clean distclean env notebook
+
+book run: export KERNELBOOK_PARAMS = $(PARAMS)
 
 # One recipe, not `book: run build`, so that `make -j` cannot build before the batch is done.
 book: $(STAMP)
@@ -49,6 +53,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing kernelbook and its dependencies into $(VENV) ..."
 	@$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[test]"
+	@$(BIN)/python -m kernelbook.kernelspec
 	@touch $@
 
 run: $(STAMP)
@@ -62,6 +67,10 @@ test: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -m gpu -v
+
+NB ?= lenet/00
+notebook: $(STAMP)
+	$(BIN)/kernelbook notebook $(NB)
 
 render:
 	bash scripts/render_pages.sh

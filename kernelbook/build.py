@@ -11,11 +11,15 @@ modified, and the stage holds nothing but the book, so Sphinx cannot wander into
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -34,18 +38,50 @@ class BuildError(KernelbookError, RuntimeError):
     """The book cannot be staged or Jupyter Book failed."""
 
 
-def _failed_in_batch(notebook: Path) -> bool:
-    """Whether papermill marked this executed notebook as stopped by an exception."""
+def _read_executed(notebook: Path, name: str | None = None):
+    """An executed notebook, or a BuildError that names it (and a full disk, the usual reason a
+    notebook is cut short) when it cannot be read."""
     import nbformat
 
     try:
-        nb = nbformat.read(notebook, as_version=4)
+        return nbformat.read(notebook, as_version=4)
+    except OSError:
+        raise
     except Exception as exc:  # NotJSONError, a truncated file, a validation error
+        try:
+            free = shutil.disk_usage(notebook.parent).free
+        except OSError:
+            free = None
+        full = (f" The disk holding it is full ({free // 2**20} MiB free): free space first."
+                if free is not None and free < 64 * 2**20 else "")
         raise BuildError(f"The executed notebook {notebook} cannot be read ({type(exc).__name__}: "
-                         f"{' '.join(str(exc).split())[:200]}); it is truncated or damaged.",
-                         f"execute it again: `kernelbook run --only '{notebook.with_suffix('').name}'` "
+                         f"{' '.join(str(exc).split())[:200]}); it is truncated or damaged.{full}",
+                         f"execute it again: `kernelbook run --only '{name or notebook.with_suffix('').name}'` "
                          "(or the whole book with `kernelbook run`).") from None
+
+
+def _failed_in_batch(nb) -> bool:
+    """Whether papermill marked this executed notebook as stopped by an exception."""
     return bool(nb.metadata.get("papermill", {}).get("exception"))
+
+
+def stale_sources(nb, root: Path) -> list[str]:
+    """The kernel sources an executed notebook shows (``report.show_source`` puts each one's path
+    and sha256 in its output's metadata) that have changed, or gone, since it was executed."""
+    from .report import SOURCE_METADATA
+
+    stale = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            for meta in (output.get("metadata") or {}).values():
+                shown = meta.get(SOURCE_METADATA) if isinstance(meta, dict) else None
+                if not isinstance(shown, dict) or not isinstance(shown.get("path"), str):
+                    continue
+                path = root / shown["path"]
+                now = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+                if now != shown.get("sha256"):
+                    stale.append(shown["path"])
+    return sorted(set(stale))
 
 
 def _batch_problems(executed_dir: Path, names: list[str], sources: dict[str, Path]) -> tuple[list[str], list[str]]:
@@ -71,6 +107,12 @@ def _batch_problems(executed_dir: Path, names: list[str], sources: dict[str, Pat
         elif entry.get("source_sha256") and entry["source_sha256"] != source_digest(sources[name]):
             stale.append(name)
     return bad, stale
+
+
+def _only_pattern(names: list[str]) -> str:
+    """One ``--only`` pattern that selects every name listed (an fnmatch pattern; a comma-separated
+    list when there are several)."""
+    return ",".join(dict.fromkeys(names))
 
 
 def stage_book(
@@ -108,29 +150,40 @@ def stage_book(
     if missing:
         raise BuildError(
             f"No executed notebook for {', '.join(missing)} in {executed_dir}.",
-            f"run `kernelbook run --only '{missing[0]}'` (or `kernelbook run` for the whole book) first.",
+            f"run `kernelbook run --only '{_only_pattern(missing)}'` (or `kernelbook run` for the whole book) first.",
         )
     bad, stale = _batch_problems(executed_dir, names, dict(zip(names, notebooks)))
     if bad:
         message = f"The batch record refuses {len(bad)} notebook(s): {'; '.join(bad)}."
-        first = bad[0].split(" ")[0]
+        refused = [entry.split(" ")[0] for entry in bad]
         if strict:
-            raise BuildError(message, f"re-run them (`kernelbook run --only '{first}'`), or build with --no-strict "
-                                      "to publish them as they are.")
+            if refused == ["every"]:  # the batch record itself is damaged
+                fix = "re-run the whole book (`kernelbook run`), or build with --no-strict to publish it as it is."
+            else:
+                fix = (f"re-run {'it' if len(refused) == 1 else 'them'} (`kernelbook run --only '{_only_pattern(refused)}'`), "
+                       "or build with --no-strict to publish them as they are.")
+            raise BuildError(message, fix)
         log(f"warning: {message}")
+    notebooks_read = {name: _read_executed(path, name) for name, path in executed.items()}
+    crashed = [name for name, nb in notebooks_read.items() if _failed_in_batch(nb)]
+    for name, nb in notebooks_read.items():
+        kernels = stale_sources(nb, root)
+        if kernels and name not in stale:
+            stale.append(f"{name} (its kernel {', '.join(kernels)})")
     if stale:
-        message = (f"The source of {', '.join(stale)} changed after it was executed; the page would show the old "
-                   "version.")
+        changed = [entry.split(" ")[0] for entry in stale]
+        message = (f"The source of {len(stale)} page(s) changed after it was executed: {'; '.join(stale)}; the page "
+                   "would show the old version.")
         if strict:
-            raise BuildError(message, f"re-run it (`kernelbook run --only '{stale[0]}'`), or build with --no-strict.")
+            raise BuildError(message, f"re-run them (`kernelbook run --only '{_only_pattern(changed)}'`), or build with "
+                                      "--no-strict.")
         log(f"warning: {message}")
-    crashed = [name for name, path in executed.items() if _failed_in_batch(path)]
     if crashed:
         message = f"The executed notebook(s) {', '.join(crashed)} stopped at an exception in the batch."
         if strict:
             raise BuildError(
                 message,
-                f"fix the notebook and re-run it (`kernelbook run --only '{crashed[0]}'`), "
+                f"fix the notebook(s) and re-run (`kernelbook run --only '{_only_pattern(crashed)}'`), "
                 "or build with --no-strict to publish the error.",
             )
         log(f"warning: {message} The book will show the error.")
@@ -182,27 +235,75 @@ def build_book(
     if not config.is_file():
         raise BuildError(f"No Jupyter Book configuration at {config}.", "create _config.yml next to _toc.yml.")
 
+    try:
+        return _build(executed_dir, path_output, strict, toc, config, book_root, stage_dir, log)
+    except OSError as exc:  # a full disk, a folder that cannot be written: one line, not a traceback
+        raise _os_error(exc, path_output) from None
+
+
+def _os_error(exc: OSError, path_output: Path) -> BuildError:
+    where = exc.filename or path_output
+    if exc.errno == errno.ENOSPC:
+        return BuildError(f"No space left on the device while writing {where}; the previous book is left as it was.",
+                          "free some disk space (`make clean` removes _build/), or build elsewhere with --out DIR.")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR):
+        return BuildError(f"Cannot write the book to {where} ({exc.strerror}).",
+                          "pass --out a folder you can write to (the HTML goes to DIR/_build/html).")
+    return BuildError(f"The build stopped at {where}: {exc.strerror or exc}.", "fix what the message names and build again.")
+
+
+def _build(executed_dir, path_output, strict, toc, config, book_root, stage_dir, log) -> Path:
+    path_output = path_output.resolve()
+    build_root = path_output / "_build"
+    build_root.mkdir(parents=True, exist_ok=True)  # first, so an unwritable --out fails before any work
+    _recover(build_root)
     stage = stage_book(executed_dir, stage_dir, toc=toc, config=config, book_root=book_root,
                        strict=strict, log=log)
-    path_output = path_output.resolve()
-    path_output.mkdir(parents=True, exist_ok=True)
-    build_root = path_output / "_build"
     html = build_root / "html"
-    # Fresh output: no page of a removed notebook survives, and every page is re-read (warnings
-    # of unchanged pages are not repeated by an incremental build, which -W would miss).
-    for old in (html, build_root / ".doctrees"):
-        if old.exists():
-            shutil.rmtree(old)
+    # Into a fresh temporary output beside the book, swapped in only when the build succeeded: a
+    # failed or killed build leaves the previous book whole, and no page of a removed notebook
+    # survives (every page is re-read, so -W sees every warning).
+    building = Path(tempfile.mkdtemp(prefix=".building-", dir=build_root))
+    try:
+        new_html = _run_jupyter_book(stage, building, strict, log)
+        _swap_in(new_html, html)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return html
 
+
+def _recover(build_root: Path) -> None:
+    """Undo what a build killed during its swap left: the previous book put back, leftovers removed."""
+    html, old = build_root / "html", build_root / ".html-previous"
+    if old.is_dir() and not html.exists():
+        os.rename(old, html)
+    for leftover in [*build_root.glob(".building-*"), old]:
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _swap_in(new_html: Path, html: Path) -> None:
+    """Replace ``html`` by ``new_html`` with two renames (a reader sees the old book or the new)."""
+    old = html.parent / ".html-previous"
+    shutil.rmtree(old, ignore_errors=True)
+    if html.exists():
+        os.rename(html, old)
+    os.rename(new_html, html)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _run_jupyter_book(stage: Path, output: Path, strict: bool, log) -> Path:
+    """Build ``stage`` with Jupyter Book into ``output/_build/html``; return that folder."""
+    html = output / "_build" / "html"
     command = _jupyter_book_command() + [
-        "build", str(stage), "--path-output", str(path_output), "--builder", "html", "--all",
+        "build", str(stage), "--path-output", str(output), "--builder", "html", "--all",
     ]
     if strict:
         command += ["-W", "--keep-going"]
     log("$ jupyter-book " + " ".join(command[3:]))
     warnings: list[str] = []
+    no_space = False
     with subprocess.Popen(
-        command, cwd=str(path_output), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        command, cwd=str(output), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, bufsize=1, errors="replace",
     ) as proc:
         assert proc.stdout is not None
@@ -210,17 +311,20 @@ def build_book(
             # Plain text, and repository-relative paths (the stage mirrors the repository).
             line = _ANSI.sub("", line.rstrip("\n")).replace(f"{stage}/", "")
             log(line)
+            no_space = no_space or "No space left on device" in line
             if "WARNING:" in line or "ERROR:" in line:
                 warnings.append(line.strip())
+    if no_space:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(output))
     if proc.returncode != 0:
         shown = "; ".join(warnings[:5]) + (f" (and {len(warnings) - 5} more)" if len(warnings) > 5 else "")
         detail = f" Warnings/errors: {shown}" if warnings else ""
         raise BuildError(
             f"jupyter-book build failed with exit status {proc.returncode}"
-            f"{' (strict: warnings are errors)' if strict else ''}.{detail}",
+            f"{' (strict: warnings are errors)' if strict else ''}; the previous book is left as it was.{detail}",
             "fix what the output above reports (a notebook's page is built from its executed "
             f".ipynb, staged in {stage}), or build with --no-strict to look at the book anyway.",
         )
     if not (html / "index.html").is_file():
-        raise BuildError(f"jupyter-book finished but wrote no {html / 'index.html'}.", "look at the build output above.")
+        raise BuildError(f"jupyter-book finished but wrote no index.html.", "look at the build output above.")
     return html

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import params as P
+from .escape import shown_value
 from . import session as session_mod
 from .measure import check_repeats
 from .steps import Step
@@ -132,7 +133,9 @@ class Chapter(session_mod.RecordingView):
         study's own judgements (scaling with size, the write-ups' numbers)."""
         from IPython.display import Markdown
 
-        return Markdown("\n".join(f"- {line}" for line in self.verdict_lines(metric)))
+        from .escape import md_safe
+
+        return Markdown("\n".join(f"- {md_safe(line)}" for line in self.verdict_lines(metric)))
 
 
 def run_chapter(study: Study, step: str, params: dict | None = None, case_params: dict | None = None,
@@ -146,12 +149,15 @@ def run_chapter(study: Study, step: str, params: dict | None = None, case_params
     chosen = study.sizes(list(study.default_sizes) if sizes is None else sizes)
     check_repeats(repeats, warmup)
     P.non_negative_int("check_shapes", check_shapes, "8")
+    if check_shapes > 1000:
+        raise P.ParameterError(f"check_shapes={check_shapes!r} exceeds the largest allowed, 1000.",
+                               "pass at most check_shapes=1000.")
     P.optional_int("seed", seed)
     extra_options = study.options(**options)
     parameters = {"variant": entry.slug, "params": P.mapping("params", params),
                   study.case_params_name: P.mapping(study.case_params_name, case_params),
                   study.size_name: chosen, "repeats": repeats, "warmup": warmup,
-                  "check_shapes": check_shapes, "seed": seed, **extra_options}
+                  "check_shapes": check_shapes, "seed": seed, **shown_value(extra_options)}  # no absolute paths
 
     def measure() -> session_mod.Measurement:
         records, check_rows = study.check(impl, merged, check_shapes, seed)

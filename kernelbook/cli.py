@@ -8,15 +8,17 @@
     kernelbook results [--format jsonl|csv] [--run ID]... [--runs] [--check]
     kernelbook compare RUN_A RUN_B [--study S] [--format md|csv]
 
-Exit status: 0 when all went well, 1 when a notebook of the batch failed (or ``results --check``
-found a problem), ``compare``: the number of regressions; 2 when kernelbook refused to go on (a ``KernelbookError``: its message and its fix are printed, no traceback,
-because the fix is the useful part).
+Exit status: 0 when all went well; 1 when a notebook of the batch failed, ``results --check``
+found a problem, or ``compare`` found a regression; 2 when kernelbook refused to go on (a
+``KernelbookError``: its message and its fix are printed, no traceback, because the fix is the
+useful part).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import errno
 import json
 import sys
 from pathlib import Path
@@ -32,12 +34,22 @@ RESULT_COLUMNS = (
 MODES = ("auto", "measure", "replay")
 
 
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("kernelbook")
+    except Exception:  # not installed (run from a checkout with python -m kernelbook)
+        return "unknown (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kernelbook",
         description="GPU kernel optimizations, measured: execute the book's notebooks, build the book, "
         "and read the recorded results.",
     )
+    parser.add_argument("--version", action="version", version=f"kernelbook {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser(
@@ -52,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                      "literal (e.g. [100,1000]) or else a string; repeatable")
     run.add_argument("--mode", choices=MODES, default="auto",
                      help="auto: measure when a GPU is usable, else replay the newest recorded run")
-    run.add_argument("--out", type=Path, metavar="DIR", help="where the executed notebooks go (default _build/executed)")
+    run.add_argument("--out", type=Path, metavar="DIR",
+                     help="where the executed notebooks go (default _build/executed; `build --executed DIR` reads them)")
     run.add_argument("--no-progress", dest="progress", action="store_false",
                      help="no live lines (on a terminal: one per running notebook); one line per notebook only")
     where = run.add_argument_group(
@@ -75,10 +88,21 @@ def _parser() -> argparse.ArgumentParser:
         description="Stage the book with the executed notebooks of `kernelbook run` and build it with "
         "Jupyter Book into DIR/_build/html.",
     )
-    build.add_argument("--out", type=Path, metavar="DIR", help="output root; the HTML goes to DIR/_build/html (default: the repository)")
-    build.add_argument("--executed", type=Path, metavar="DIR", help="the executed notebooks (default _build/executed)")
+    build.add_argument("--out", type=Path, metavar="DIR",
+                       help="output root: the HTML goes to DIR/_build/html (default: the project). Not `run --out`, "
+                       "which is where the executed notebooks go: pass that folder as --executed")
+    build.add_argument("--executed", type=Path, metavar="DIR",
+                       help="the executed notebooks, i.e. `run --out` (default _build/executed)")
     build.add_argument("--no-strict", dest="strict", action="store_false",
                        help="do not turn Sphinx warnings into errors")
+
+    nbk = commands.add_parser(
+        "notebook", help="write chapters as .ipynb beside their MyST source (for papermill and Jupyter)",
+        description="Write each named chapter (e.g. lenet/00, 'mlp/*') as a real .ipynb beside its .md source, "
+        "with the kernelbook kernel in its metadata, and print a papermill command that runs it. The .ipynb "
+        "files are not tracked (the .md is the source); re-run this after editing the .md.",
+    )
+    nbk.add_argument("chapters", nargs="+", metavar="CHAPTER", help="study/NN, study/NN_name or a pattern like 'lenet/*'")
 
     res = commands.add_parser(
         "results", help="print the recorded measurements (or the recorded runs)",
@@ -93,9 +117,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="validate every run and part of the store; list each problem (exit 1 if any)")
 
     cmp = commands.add_parser(
-        "compare", help="compare two recorded runs, noise-aware (exit status: the number of regressions)",
+        "compare", help="compare two recorded runs, noise-aware (exit 0 same, 1 regressions, 2 refused)",
         description="For every measurement present in both runs: both medians, B/A, each one's spread from its "
-        "samples, and a verdict (same unless the medians differ by more than the larger spread).",
+        "samples, and a verdict: same unless the medians differ by more than the noise band, which is the larger "
+        "spread and at least 2 %% of the larger median (a value measured once has no spread of its own). "
+        "Exit status: 0 when nothing regressed, 1 when something is slower or worse, 2 when compare refused "
+        "(an unknown run or study).",
     )
     cmp.add_argument("run_a", metavar="RUN_A")
     cmp.add_argument("run_b", metavar="RUN_B")
@@ -108,9 +135,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .batch import parse_parameters, run_batch
+    import os
 
-    parameters = parse_parameters(args.parameters)
+    from .batch import parse_parameters, run_batch
+    from .params import split_assignments
+
+    # `make PARAMS='batch_sizes=[100, 500] label="a b"'` hands its list over whole, in the environment.
+    from_make = split_assignments(os.environ.get("KERNELBOOK_PARAMS", ""))
+    if from_make:
+        print("parameters from PARAMS: " + " ".join(f"-p {item!r}" for item in from_make), flush=True)
+    parameters = parse_parameters(from_make + args.parameters)
+    if args.gpus is None and not args.scheduler:  # a cluster's workers may measure where this machine cannot
+        _refuse_replay_without_store(args.mode, parameters)
     live = sys.stdout if args.progress and sys.stdout.isatty() else None
     report = run_batch(only=args.only, parameters=parameters, mode=args.mode, out_dir=args.out,
                        log=lambda line: print(line, flush=True), progress_bar=False,
@@ -145,6 +181,20 @@ def _store_path(run_id: str) -> str:
         return str(folder)
 
 
+def _refuse_replay_without_store(mode: str, parameters: dict) -> None:
+    """A batch that will replay needs recorded runs: with none, refuse at once (one line), not after
+    every notebook has failed in turn."""
+    import os
+
+    from . import gpu, results
+
+    mode = str(parameters.get("mode", mode))
+    if mode == "auto":
+        mode = os.environ.get("KERNELBOOK_MODE") or ("measure" if gpu.availability()[0] else "replay")
+    if mode == "replay":
+        results.require_runs()
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     from .build import build_book
 
@@ -171,7 +221,33 @@ def _write_rows(rows: list[dict], fmt: str, out: TextIO, columns: list[str] | No
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({key: ("" if row.get(key) is None else row.get(key)) for key in columns})
+        writer.writerow({key: _csv_cell(row.get(key)) for key in columns})
+
+
+def _csv_cell(value) -> str:
+    """A CSV cell: numbers and strings as they are, null empty, anything else as JSON (never a
+    Python repr such as ``{'tile_width': 16}`` or ``True``)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return value
+
+
+def _printable(value) -> str:
+    """Text from the store as a terminal shows it: control characters (an escape sequence in a
+    device name) written out, never sent to the terminal."""
+    text = str(value)
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def _part_summary(names: list[str]) -> str:
+    """``62 parts (device 1, lenet 61)``: what a run holds, in a few words."""
+    from collections import Counter
+
+    owners = Counter(name.split("-")[0] for name in names)
+    return f"{len(names)} part{'s' if len(names) != 1 else ''}" + (
+        " (" + ", ".join(f"{owner} {n}" for owner, n in sorted(owners.items())) + ")" if owners else "")
 
 
 def _cmd_results(args: argparse.Namespace) -> int:
@@ -192,15 +268,20 @@ def _cmd_results(args: argparse.Namespace) -> int:
             for run in runs
         ]
         columns = ["run_id", "device", "created_utc", "commit", "parts"]
-        if args.format:
+        if args.format:  # machine-readable: every part's name
             _write_rows(rows, args.format, sys.stdout, columns)
         elif not rows:
-            print(f"no recorded runs under {paths.results_dir()}", file=sys.stderr)
-        else:
-            widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
+            where = paths.results_dir()
+            print(f"no recorded runs under {where}" + ("" if where.is_dir() else " (the folder does not exist)"),
+                  file=sys.stderr)
+        else:  # for people: how many parts of which study, one short line per run
+            for row, run in zip(rows, runs):
+                row["parts"] = _part_summary(run.part_names())
+            rows = [{c: _printable(r[c]) for c in columns} for r in rows]
+            widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
             print("  ".join(c.ljust(widths[c]) for c in columns).rstrip())
             for row in rows:
-                print("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip())
+                print("  ".join(row[c].ljust(widths[c]) for c in columns).rstrip())
         return 0
 
     rows = list(results.iter_records(args.runs_selected))
@@ -212,11 +293,28 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare_runs, render
 
     header, rows = compare_runs(args.run_a, args.run_b, args.study)
+    if args.format == "csv":  # the CSV holds the table only; which runs, on stderr
+        for line in header:
+            print(line, file=sys.stderr)
     sys.stdout.write(render(header, rows, args.format))
-    return min(sum(1 for r in rows if r.regression), 125)
+    regressions = sum(1 for r in rows if r.regression)
+    if regressions:
+        print(f"{regressions} regression(s)", file=sys.stderr)
+    return 1 if regressions else 0
 
 
-COMMANDS = {"run": _cmd_run, "build": _cmd_build, "results": _cmd_results, "compare": _cmd_compare}
+def _cmd_notebook(args: argparse.Namespace) -> int:
+    from .notebooks import find, papermill_line, write_notebook
+
+    written = [write_notebook(source) for source in find(args.chapters)]
+    for path in written:
+        print(f"wrote {path}")
+    print("run one with papermill (typed values with -y YAML), e.g.:\n  " + papermill_line(written[0]))
+    return 0
+
+
+COMMANDS = {"run": _cmd_run, "build": _cmd_build, "results": _cmd_results, "compare": _cmd_compare,
+            "notebook": _cmd_notebook}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,12 +335,23 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         print(f"error: {exc.message} Fix: {exc.fix}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `kernelbook results | head`: the reader left, which is fine
-        try:
-            sys.stdout = open("/dev/null", "w")  # noqa: SIM115 - silence the flush at exit
-        except OSError:
-            pass
-        return 0
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):  # `kernelbook results | head`: the reader left, which is fine
+            try:
+                sys.stdout = open("/dev/null", "w")  # noqa: SIM115 - silence the flush at exit
+            except OSError:
+                pass
+            return 0
+        # a full disk, a folder that cannot be written: one line that says which and what to do
+        sys.stdout.flush()
+        where = f" ({exc.filename})" if exc.filename else ""
+        if exc.errno == errno.ENOSPC:
+            what, fix = "no space left on the device", "free some space (`make clean` removes _build/), then run it again."
+        else:
+            what = f"cannot write or read {exc.filename or 'a file'}: {exc.strerror or exc}"
+            where, fix = "", "choose a folder you can write to (--out DIR), or fix its permissions, then run it again."
+        print(f"error: {what}{where}. Fix: {fix}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

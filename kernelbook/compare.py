@@ -2,10 +2,16 @@
 
 For every (study, step, case, size, metric) present in both runs: the two medians, their ratio
 (B / A), each one's spread from its recorded samples (max − min), and a verdict — *same* unless
-the difference of the medians exceeds the larger of the two spreads, then *faster* or *slower*
-(for times; *higher*/*lower* for other metrics, *better*/*worse* where the direction is known).
-A value without samples has a spread of zero. Runs of different devices are compared with a
-warning in the header: their timings say more about the devices than about the code.
+the difference of the medians exceeds the noise band, then *faster* or *slower* (for times;
+*higher*/*lower* for other metrics, *better*/*worse* where the direction is known).
+
+The noise band is the larger of the two spreads and ``MIN_NOISE`` (2 %) of the larger median: a
+value measured once (a single Nsight Compute pass, a count) has no spread of its own, and a 0.2 %
+difference between two such values is not a regression. Runs of different devices are compared
+with a warning in the header: their timings say more about the devices than about the code.
+
+Exit status of ``kernelbook compare``: 0 when nothing regressed, 1 when something did (slower or
+worse beyond the band), 2 when it refused (an unknown run or study, a damaged run).
 """
 
 from __future__ import annotations
@@ -13,6 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import results
+from .errors import ResultsError
+
+#: The smallest noise band, as a fraction of the larger median (see the module's docstring).
+MIN_NOISE = 0.02
 
 KEY = ("study", "variant", "layer", "batch", "metric")
 HIGHER_IS_BETTER = ("gflops", "accuracy", "copy_gbs", "fp32_gflops", "fp16_tensor_gflops", "tf32_tensor_gflops")
@@ -32,8 +42,13 @@ class Row:
         return self.b / self.a if self.a else None
 
     @property
+    def band(self) -> float:
+        """The difference below which the two values are the same (see ``MIN_NOISE``)."""
+        return max(self.spread_a, self.spread_b, MIN_NOISE * max(abs(self.a), abs(self.b)))
+
+    @property
     def verdict(self) -> str:
-        if abs(self.b - self.a) <= max(self.spread_a, self.spread_b):
+        if abs(self.b - self.a) <= self.band:
             return "same"
         metric = self.key[4]
         lower_better = metric.endswith("_ms") or metric.endswith("_time")
@@ -74,9 +89,26 @@ def _numbers(run: results.Run, study: str | None) -> dict:
     return found
 
 
+def _studies(run: results.Run) -> set:
+    found = set()
+    for name in run.part_names():
+        part = results.readable_part(run, name)
+        if part is not None:
+            found.add(part["study"])
+            found.update(r["study"] for r in part["records"])
+    return found
+
+
 def compare_runs(run_a: str, run_b: str, study: str | None = None) -> tuple[list[str], list[Row]]:
     """The header lines and one row per measurement present in both runs."""
     a, b = results.load_run(run_a), results.load_run(run_b)
+    if study:
+        present = sorted(_studies(a) | _studies(b))
+        if study not in present:
+            raise ResultsError(f"Neither run {a.run_id} nor {b.run_id} holds measurements of a study {study!r}; they "
+                               f"hold: {', '.join(present) or 'nothing'}.",
+                               f"pass --study as one of {', '.join(present)}, or leave it out." if present
+                               else "pick runs that hold measurements (`kernelbook results --runs`).")
     header = [f"A: {a.run_id} ({a.device}, {a.created_utc}, commit {a.commit})",
               f"B: {b.run_id} ({b.device}, {b.created_utc}, commit {b.commit})"]
     if a.device != b.device:
@@ -90,13 +122,15 @@ def compare_runs(run_a: str, run_b: str, study: str | None = None) -> tuple[list
 
 
 def render(header: list[str], rows: list[Row], fmt: str = "md") -> str:
+    """A Markdown table with the runs in a header, or plain CSV (a header row, then one row per
+    measurement: nothing else, so any CSV reader takes it)."""
     columns = ["study", "step", "case", "size", "metric", "part", "detail", "A", "B", "B/A", "spread A", "spread B",
-               "verdict"]
+               "band", "verdict"]
     body = []
     for r in rows:
-        ratio = "–" if r.ratio is None else f"{r.ratio:.3f}"
+        ratio = "" if r.ratio is None else f"{r.ratio:.3f}"
         body.append([*("" if v is None else str(v) for v in r.key), f"{r.a:.6g}", f"{r.b:.6g}", ratio,
-                     f"{r.spread_a:.3g}", f"{r.spread_b:.3g}", r.verdict])
+                     f"{r.spread_a:.3g}", f"{r.spread_b:.3g}", f"{r.band:.3g}", r.verdict])
     if fmt == "csv":
         import csv
         import io
@@ -105,10 +139,13 @@ def render(header: list[str], rows: list[Row], fmt: str = "md") -> str:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(columns)
         writer.writerows(body)
-        return "".join(f"# {line}\n" for line in header) + out.getvalue()
-    lines = [f"{line}  " for line in header] + ["", "| " + " | ".join(columns) + " |",
-                                                 "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(row) + " |" for row in body]
+        return out.getvalue()
+    escape = str.maketrans({"|": "\\|", "\n": " "})
+    lines = [f"{line}  " for line in header] + [
+        f"Same unless the medians differ by more than the band: the larger spread (max − min of the samples), "
+        f"and at least {MIN_NOISE:.0%} of the larger median.  ",
+        "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell.translate(escape) or "–" for cell in row) + " |" for row in body]
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("same", "faster", "slower", "better", "worse",
                                                                    "higher", "lower")}
     lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "nothing in common"]

@@ -65,6 +65,43 @@ def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, liv
         Path(prepared[index][2]).unlink(missing_ok=True)  # never let a stale copy pass for this batch's result
         report.notebooks[index].status = "running"  # left behind if the batch is killed: the build refuses it
 
+    def take(task: dict, result: dict | None, error: BaseException | None) -> None:
+        """One notebook's result: written (or tried again), its line printed, its dependents freed."""
+        index = task["index"]
+        entry = report.notebooks[index]
+        if result is None:  # the worker died (or left) while it ran the notebook
+            worker = task.get("died_on") or "?"
+            attempt = {"worker": worker, "gpu": None, "status": "failed",
+                       "error": f"the worker died: {cluster.describe_failure(error)}", "seconds": None}
+        else:
+            attempt = {"worker": result["worker"], "gpu": (result["gpu"] or {}).get("uuid"),
+                       "status": result["status"], "error": result["error"], "seconds": result["seconds"]}
+            if result["status"] == "ok":
+                attempt.update(_accept(result, entry, prepared[index], report, measuring))
+        entry.attempts.append(attempt)
+        head = f"[{index + 1}/{total}] {entry.name} ..."
+        where = f"worker {attempt['worker']}" + (f", {cluster.gpu_label(result['gpu'])}"
+                                                  if result is not None and result["gpu"] else "")
+        if attempt["status"] != "ok" and parallel and len(entry.attempts) < 2:
+            progress.line(f"{head} failed on {where} ({attempt['error']}); trying it once more"
+                          + (" on another worker" if len(engine.workers) > 1 else ""))
+            engine.submit(task, avoid=attempt["worker"])
+            return
+        if result is not None and attempt["status"] != "ok":
+            attempt.update(_accept(result, entry, prepared[index], report, measuring, failed=True))
+        entry.status, entry.error, entry.seconds = attempt["status"], attempt["error"], attempt["seconds"]
+        entry.worker, entry.gpu = attempt["worker"], attempt["gpu"]
+        entry.finished_utc = results.utc_now()
+        entry.run_id = report.run_id if measuring and report.recorded else None
+        suffix = f", {where}" if parallel else ""
+        seconds = f"{entry.seconds:.1f} s" if entry.seconds is not None else "no time"
+        if entry.status == "ok":
+            progress.line(f"{head} ok ({seconds}{suffix})")
+        else:
+            progress.line(f"{head} FAILED ({entry.error}{suffix})")
+        done.add(index)
+        submit_ready()
+
     try:
         submit_ready()
         progress.start()
@@ -73,40 +110,8 @@ def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, liv
                 starting(engine.queue[0]["index"])
                 write_json_atomic(batch_json, report.to_json())
             task, result, error = engine.next_result()
-            index = task["index"]
-            entry = report.notebooks[index]
-            if result is None:  # the worker died (or left) while it ran the notebook
-                worker = task.get("died_on") or "?"
-                attempt = {"worker": worker, "gpu": None, "status": "failed",
-                           "error": f"the worker died: {cluster.describe_failure(error)}", "seconds": None}
-            else:
-                attempt = {"worker": result["worker"], "gpu": (result["gpu"] or {}).get("uuid"),
-                           "status": result["status"], "error": result["error"], "seconds": result["seconds"]}
-                if result["status"] == "ok":
-                    attempt.update(_accept(result, entry, prepared[index], report, measuring))
-            entry.attempts.append(attempt)
-            head = f"[{index + 1}/{total}] {entry.name} ..."
-            where = f"worker {attempt['worker']}" + (f", {cluster.gpu_label(result['gpu'])}"
-                                                      if result is not None and result["gpu"] else "")
-            if attempt["status"] != "ok" and parallel and len(entry.attempts) < 2:
-                progress.line(f"{head} failed on {where} ({attempt['error']}); trying it once more"
-                              + (" on another worker" if len(engine.workers) > 1 else ""))
-                engine.submit(task, avoid=attempt["worker"])
-                continue
-            if result is not None and attempt["status"] != "ok":
-                attempt.update(_accept(result, entry, prepared[index], report, measuring, failed=True))
-            entry.status, entry.error, entry.seconds = attempt["status"], attempt["error"], attempt["seconds"]
-            entry.worker, entry.gpu = attempt["worker"], attempt["gpu"]
-            entry.finished_utc = results.utc_now()
-            entry.run_id = report.run_id if measuring and report.recorded else None
-            suffix = f", {where}" if parallel else ""
-            seconds = f"{entry.seconds:.1f} s" if entry.seconds is not None else "no time"
-            if entry.status == "ok":
-                progress.line(f"{head} ok ({seconds}{suffix})")
-            else:
-                progress.line(f"{head} FAILED ({entry.error}{suffix})")
-            done.add(index)
-            submit_ready()
+            with _whole():  # a Ctrl-C now takes effect once this notebook's files and its state are written
+                take(task, result, error)
     except KeyboardInterrupt:
         report.interrupted = True
         started_names = {item[0] for item in engine.running().values()}
@@ -126,8 +131,8 @@ def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, liv
 
 @contextmanager
 def _whole():
-    """A Ctrl-C while a notebook's files are written takes effect once they all are: a notebook
-    is kept whole (its executed copy and every part it recorded) or not at all."""
+    """A Ctrl-C while a notebook's result is taken in takes effect once it is: a notebook is kept
+    whole (its executed copy, every part it recorded, its state in batch.json) or not at all."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -143,8 +148,7 @@ def _whole():
 
 def _accept(result: dict, entry: NotebookResult, prepared: tuple, report: BatchReport, measuring: bool,
             failed: bool = False) -> dict:
-    with _whole():
-        return _write_result(result, entry, prepared, report)
+    return _write_result(result, entry, prepared, report)
 
 
 def _write_result(result: dict, entry: NotebookResult, prepared: tuple, report: BatchReport) -> dict:
@@ -182,18 +186,23 @@ def write_staged(staged: dict, gpu: dict | None, report: BatchReport) -> None:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise results.ResultsError(f"The recording staged for run {run_id} is not valid JSON ({exc}).",
                                    "run the notebook again; report it if it persists.") from None
-    results.validate_manifest(manifest, label / "manifest.json")
-    if manifest["run_id"] != run_id:
-        raise results.ResultsError(f"A staged manifest names run {manifest['run_id']!r} in folder {run_id}.",
-                                   "run the notebook again.")
     if report.run_id and run_id != report.run_id:
         raise results.ResultsError(f"The notebook recorded into run {run_id}, not into the batch's run {report.run_id}.",
                                    "pass the batch's run_id through to every recorded() call.")
-    for name, part in parts.items():
-        results.validate_part(part, label / "parts" / f"{name}.json")
-        if part["run_id"] != run_id or part["name"] != name:
-            raise results.ResultsError(f"Staged part {name} names run {part['run_id']!r} and part {part['name']!r}.",
+    try:  # nothing is written of a recording that is not valid whole
+        results.validate_manifest(manifest, label / "manifest.json")
+        if manifest["run_id"] != run_id:
+            raise results.ResultsError(f"A staged manifest names run {manifest['run_id']!r} in folder {run_id}.",
                                        "run the notebook again.")
+        for name, part in parts.items():
+            results.validate_part(part, label / "parts" / f"{name}.json")
+            if part["run_id"] != run_id or part["name"] != name:
+                raise results.ResultsError(f"Staged part {name} names run {part['run_id']!r} and part {part['name']!r}.",
+                                           "run the notebook again.")
+    except results.ResultsError as exc:
+        raise results.ResultsError(f"The recording handed back for run {run_id} is invalid: {exc.message}",
+                                   "run the notebook again: the batch writes nothing of a recording it cannot "
+                                   "validate.") from None
     fields = {k: v for k, v in manifest.items() if k not in ("schema", "run_id")}
     fields["gpus"] = report.gpus
     fields["batch"] = {"engine": report.engine, "workers": report.workers}

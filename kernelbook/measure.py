@@ -59,11 +59,23 @@ class Measured:
         )
 
 
+#: The most timed repeats and warm-up runs one measurement may ask for (a typo such as
+#: repeats=10000000000 would hold a GPU for days).
+MAX_REPEATS = 10_000
+MAX_WARMUP = 1_000
+
+
 def check_repeats(repeats: int, warmup: int) -> None:
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ParameterError(f"repeats={repeats!r} must be a positive integer.", "pass repeats >= 1 (e.g. repeats=10).")
+    if repeats > MAX_REPEATS:
+        raise ParameterError(f"repeats={repeats!r} exceeds the largest allowed, {MAX_REPEATS:,}.",
+                             f"pass at most repeats={MAX_REPEATS} (the median settles long before).")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ParameterError(f"warmup={warmup!r} must be an integer >= 0.", "pass warmup >= 0 (e.g. warmup=2).")
+    if warmup > MAX_WARMUP:
+        raise ParameterError(f"warmup={warmup!r} exceeds the largest allowed, {MAX_WARMUP:,}.",
+                             f"pass at most warmup={MAX_WARMUP}.")
 
 
 def time_gpu(fn: Callable[[], object], repeats: int = 10, warmup: int = 2, stream=None,

@@ -9,6 +9,8 @@ parameter, what it got, and an example of a good value: never a loop over letter
 
 from __future__ import annotations
 
+import ast
+import os
 from pathlib import Path
 
 from .errors import ParameterError
@@ -42,11 +44,44 @@ def optional_int(name: str, value, example: str = "0") -> int | None:
     return value
 
 
+def how_to_pass(name: str, example: str) -> str:
+    """How to pass ``name=example`` from where this code runs: ``kernelbook run`` sets the notes
+    file for its notebooks; another Jupyter kernel is papermill's or a reader's; else Python."""
+    compact = example.replace(", ", ",")
+    if os.environ.get("KERNELBOOK_NOTES_FILE"):
+        return f"with kernelbook: -p '{name}={compact}'"
+    try:
+        from IPython import get_ipython
+
+        in_kernel = get_ipython() is not None and hasattr(get_ipython(), "kernel")
+    except ImportError:
+        in_kernel = False
+    if in_kernel:
+        return (f"with papermill: -y '{name}: {example}' (typed YAML), or edit the parameters cell; "
+                f"with kernelbook: -p '{name}={compact}'")
+    return f"in Python: {name}={example}"
+
+
+def parsed_list(value):
+    """A list given as text (papermill's ``-p batch_sizes '[100,500]'`` passes the string) as a
+    list; any other value as it is."""
+    if isinstance(value, str) and value.strip().startswith(("[", "(")):
+        try:
+            parsed = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return value
+        if isinstance(parsed, (list, tuple)):
+            return list(parsed)
+    return value
+
+
 def sizes(name: str, value, example: str = "[100, 1000, 10000]", maximum: int | None = None) -> list[int]:
-    """A non-empty list of positive integers (sizes, batch sizes, column counts)."""
+    """A non-empty list of positive integers (sizes, batch sizes, column counts); a list written as
+    text (papermill's ``-p``) is read as the list it spells."""
+    value = parsed_list(value)
     if isinstance(value, (str, bytes)) or _is_int(value) or not isinstance(value, (list, tuple)):
         raise ParameterError(f"{name}={value!r} is not a list of positive integers.",
-                             f"pass a list, e.g. {name}={example} (with -p on the command line: -p '{name}={example.replace(' ', '')}').")
+                             f"pass a list, e.g. {name}={example} ({how_to_pass(name, example)}).")
     if not value:
         raise ParameterError(f"{name} is empty.", f"pass at least one value, e.g. {name}={example}.")
     for item in value:
@@ -88,5 +123,71 @@ def optional_path(name: str, value) -> str | None:
     return str(value)
 
 
+def readable_file(name: str, value, *, size: int | None = None, header: bytes | None = None,
+                  example: str = "'my/file.bin'") -> Path:
+    """A path parameter that must name a readable file (of ``size`` bytes, starting with
+    ``header``, when given). A relative path is tried from the working folder, then from the
+    project. Checked whether the page measures or replays, so a bad path never passes silently."""
+    text = optional_path(name, value)
+    if text is None:
+        raise ParameterError(f"{name} is None, but a file is needed.", f"pass e.g. {name}={example}.")
+    from .escape import shown_path
+
+    path = Path(text).expanduser()
+    if not path.is_absolute() and not path.exists():
+        from . import paths
+
+        path = paths.REPO_ROOT / path
+    shown = shown_path(path)
+    if not path.exists():
+        raise ParameterError(f"{name}: no file {shown!r}.", f"pass the path of an existing file, e.g. {name}={example}.")
+    if not path.is_file():
+        raise ParameterError(f"{name}: {shown!r} is not a regular file.", f"pass a file, e.g. {name}={example}.")
+    try:
+        with open(path, "rb") as handle:
+            start = handle.read(len(header) if header else 0)
+        actual = path.stat().st_size
+    except OSError as exc:
+        raise ParameterError(f"{name}: {shown!r} cannot be read ({exc.strerror or exc}).",
+                             "make it readable, or pass another file.") from None
+    if size is not None and actual != size:
+        raise ParameterError(f"{name}: {shown!r} holds {actual:,} bytes; the file this page reads holds exactly "
+                             f"{size:,}.", f"pass a file of the expected format, e.g. {name}={example}.")
+    if header is not None and start != header:
+        raise ParameterError(f"{name}: {shown!r} does not start with the expected header ({header!r}).",
+                             f"pass a file of the expected format, e.g. {name}={example}.")
+    return path
+
+
 def number(name: str, value, low=None, high=None, example: str = "1.0") -> float:
     return finite_number(name, value, low, high, example)
+
+
+def split_assignments(text: str) -> list[str]:
+    """``NAME=VALUE`` items separated by spaces, where a value may itself hold spaces inside
+    brackets or quotes: ``batch_sizes=[100, 500] label="a b"`` is two items (how ``make
+    PARAMS='...'`` passes them; a plain split would cut the list in two)."""
+    items, current, depth, quote = [], [], 0, ""
+    for ch in text:
+        if quote:
+            current.append(ch)
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+            current.append(ch)
+        elif ch in "[({":
+            depth += 1
+            current.append(ch)
+        elif ch in "])}":
+            depth = max(0, depth - 1)
+            current.append(ch)
+        elif ch.isspace() and depth == 0:
+            if current:
+                items.append("".join(current))
+                current = []
+        else:
+            current.append(ch)
+    if current:
+        items.append("".join(current))
+    return items

@@ -22,8 +22,9 @@ CASE_COLORS = {"C1": PALETTE[0], "C3": PALETTE[1]}
 
 
 def _provenance(ax, chapter) -> None:
+    # parse_math=False: a device name or commit from the store is text, never mathtext to parse
     ax.text(0.0, -0.16, chapter.recording.short_label, transform=ax.transAxes, fontsize=8,
-            color="0.35" if chapter.session.measuring else "#D55E00", va="top")
+            color="0.35" if chapter.session.measuring else "#D55E00", va="top", parse_math=False)
 
 
 def _bars(ax, groups: dict, batches: list, layer: str, column: str) -> bool:
@@ -66,7 +67,7 @@ def step_deltas(steps: dict):
     if handles:  # one legend for the figure, below the plots: it never covers a bar
         fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(labels), bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(f"{current.variant} against the baseline and the previous step\n{current.recording.short_label}",
-                 fontsize=10)
+                 fontsize=10, parse_math=False)
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     return fig
 

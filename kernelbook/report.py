@@ -8,11 +8,13 @@ numbers were timed (CUDA-graph replays, events, a host-bound loop) in a footnote
 
 from __future__ import annotations
 
-import html
+
+import re
 
 import pandas as pd
 
 from . import paths
+from .escape import html_text, md_code, md_text
 from .errors import DataError
 from .measure import TIMING_WORDS
 
@@ -50,7 +52,9 @@ def record_value(records: list[dict], metric: str, layer: str, batch=ANY_BATCH) 
 def styled(frame: pd.DataFrame, caption: str):
     """A pandas Styler with a caption, index hidden (renders as an HTML table that scrolls sideways
     on a narrow screen: see book/_static/kernelbook.css)."""
-    return (frame.style.hide(axis="index").set_caption(html.escape(caption))
+    # Cells and headers hold names and values from the store: escaped, never markup.
+    return (frame.style.hide(axis="index").set_caption(html_text(caption))
+            .format(escape="html").format_index(escape="html", axis=1)
             .set_table_attributes('class="kernelbook-table"'))
 
 
@@ -66,11 +70,12 @@ def banner(recording):
 
     session = recording.session
     if session is None:
-        text = f"**Not recorded.** {recording.label}"
+        text = f"**Not recorded.** {md_text(recording.label)}"
     else:
         run = session.run
-        kind = "Measured now" if session.measuring else f"Replayed (not measured now: {session.reason})"
-        text = (f"**{kind}** on **{run.device}**, {session.date}, commit `{run.commit}`, run `{run.run_id}`. "
+        kind = "Measured now" if session.measuring else f"Replayed (not measured now: {md_text(session.reason)})"
+        text = (f"**{kind}** on **{md_text(run.device)}**, {md_text(session.date)}, commit {md_code(run.commit)}, "
+                f"run {md_code(run.run_id)}. "
                 "Every number on this page comes from this recording unless its caption names another run.")
     warning = recording.warning() if hasattr(recording, "warning") else ""
     return Markdown(f"> {text}" + (f"\n\n{warning}" if warning else ""))
@@ -272,18 +277,46 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
     return lines or ["No earlier step is recorded at these sizes to compare with."]
 
 
+class SourceBlock:
+    """A kernel's source as a highlighted block, carrying the file's path and sha256 in the
+    output's metadata, so that a strict build can refuse a page whose ``.cu`` changed after the
+    page was executed (it would show the old source)."""
+
+    def __init__(self, relpath: str, text: str, sha256: str):
+        self.relpath, self.text, self.sha256 = relpath, text, sha256
+
+    def __repr__(self) -> str:
+        return f"kernels/{self.relpath}"
+
+    @property
+    def data(self) -> str:
+        """The Markdown, as ``IPython.display.Markdown(...).data`` would hold it."""
+        return self._repr_markdown_()[0]
+
+    def _repr_markdown_(self):
+        longest = max((len(m) for m in re.findall(r"`{3,}", self.text)), default=0)
+        fence = "`" * max(3, longest + 1)
+        body = f"{md_code('kernels/' + self.relpath)}\n\n{fence}cuda\n{self.text}\n{fence}"
+        return body, {SOURCE_METADATA: {"path": f"kernels/{self.relpath}", "sha256": self.sha256}}
+
+
+#: Output-metadata key of a shown kernel source (read by ``build.stale_sources``).
+SOURCE_METADATA = "kernelbook_source"
+
+
 def show_source(relpath: str, start: str | None = None):
     """The kernel source from ``kernels/`` as a highlighted block (never pasted into a notebook)."""
-    from IPython.display import Markdown
+    import hashlib
 
     path = paths.kernels_dir() / relpath
     if not path.is_file():
         raise DataError(f"Kernel source {path} does not exist.", "check the step list's file stem.")
-    text = path.read_text()
+    raw = path.read_bytes()
+    text = raw.decode("utf-8", errors="replace")
     if start:
         index = text.find(start)
         text = text[index:] if index >= 0 else text
-    return Markdown(f"`kernels/{relpath}`\n\n```cuda\n{text}\n```")
+    return SourceBlock(relpath, text, hashlib.sha256(raw).hexdigest())
 
 
 # ----------------------------------------------------------------------------- grids

@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import re
 import secrets
 import shutil
 import tempfile
@@ -37,13 +36,11 @@ from . import paths
 from .atomic import is_temporary, write_json_atomic  # noqa: F401  (write_json_atomic is re-exported)
 from .errors import ResultsError
 from .measure import Measured
+from .store_schema import (  # noqa: F401  (the validator, re-exported: results.validate_part, ...)
+    CREATED_PATTERN, MANIFEST_KEYS, PART_NAME_PATTERN, RECORD_KEYS, RUN_ID_PATTERN, SCHEMA_VERSION, _bad,
+    _is_finite, _is_text, validate_check, validate_manifest, validate_part, validate_record)
 
-SCHEMA_VERSION = 1
-RUN_ID_PATTERN = re.compile(r"^\d{8}T\d{4}Z-[0-9a-z]+$")
-PART_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
-RECORD_KEYS = ("study", "variant", "layer", "batch", "metric", "value")
 TEMP_DIR_SUFFIX = ".tmp-run"
-MANIFEST_KEYS = ("schema", "run_id", "created_utc", "device", "commit", "host")
 
 
 # ----------------------------------------------------------------------------- atomic I/O
@@ -58,6 +55,8 @@ def read_json(path: Path) -> Any:
         )
     try:
         return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:  # unreadable (permissions, an I/O error): a damaged file like any other
+        raise _bad(path, f"cannot be read ({exc.strerror or exc})") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         what = "is empty" if path.stat().st_size == 0 else f"is not valid JSON ({exc})"
         raise _bad(path, what) from exc
@@ -69,6 +68,8 @@ _PARTS: dict = {}  # path -> ((mtime_ns, size), validated part): a page looks pa
 def _read_part(path: Path) -> dict:
     """Read and validate a part once per version of the file (its mtime and size), not once per
     lookup: finding the newest run that holds a part, then reading it, would read it twice."""
+    if path.is_symlink():
+        raise _bad(path, "is a symbolic link (a part must be a file of its run, not a link to one elsewhere)")
     try:
         stat = path.stat()
     except OSError:
@@ -99,79 +100,6 @@ def validate_run_id(run_id: str) -> str:
             "list the recorded runs with `kernelbook results --runs`.",
         )
     return run_id
-
-
-# ----------------------------------------------------------------------------- validation
-
-
-def _run_folder(path: Path) -> Path:
-    path = Path(path)
-    return path.parent.parent if path.parent.name == "parts" else path.parent
-
-
-def _bad(path: Path, what: str) -> ResultsError:
-    return ResultsError(
-        f"Results file {path} {what}." if what.startswith(("is ", "does ")) else f"Results file {path} is malformed: {what}.",
-        f"restore it with `git checkout -- {path}`, or move its run folder {_run_folder(path)} out of "
-        f"{_run_folder(path).parent} if it cannot be restored (`kernelbook results --check` lists every problem).",
-    )
-
-
-def validate_manifest(manifest: Any, path: Path) -> dict:
-    if not isinstance(manifest, dict):
-        raise _bad(path, "the manifest is not a JSON object")
-    missing = [key for key in MANIFEST_KEYS if key not in manifest]
-    if missing:
-        raise _bad(path, f"missing key(s) {', '.join(missing)}")
-    if manifest["schema"] != SCHEMA_VERSION:
-        raise _bad(path, f"schema {manifest['schema']!r}, this code reads {SCHEMA_VERSION}")
-    if not isinstance(manifest["device"], dict) or "name" not in manifest["device"]:
-        raise _bad(path, "'device' must be an object with a 'name'")
-    return manifest
-
-
-def validate_record(record: Any, path: Path, index: int) -> dict:
-    if not isinstance(record, dict):
-        raise _bad(path, f"record {index} is not an object")
-    missing = [key for key in RECORD_KEYS if key not in record]
-    if missing:
-        raise _bad(path, f"record {index} lacks {', '.join(missing)}")
-    if not isinstance(record["metric"], str) or not record["metric"]:
-        raise _bad(path, f"record {index} has metric {record['metric']!r} (a non-empty string)")
-    if not isinstance(record["study"], str) or not isinstance(record["variant"], str):
-        raise _bad(path, f"record {index} needs string 'study' and 'variant'")
-    value = record["value"]
-    if isinstance(value, bool) or (value is not None and not isinstance(value, (int, float))):
-        raise _bad(path, f"record {index} has a non-numeric value {value!r}")
-    batch = record["batch"]
-    if batch is not None and (not isinstance(batch, int) or batch <= 0):
-        raise _bad(path, f"record {index} has batch {batch!r} (a positive integer or null)")
-    samples = record.get("samples")
-    if samples is not None and not isinstance(samples, list):
-        raise _bad(path, f"record {index} has samples {samples!r} (a list of numbers)")
-    if samples is not None and not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in samples):
-        raise _bad(path, f"record {index} has non-numeric samples")
-    return record
-
-
-def validate_part(part: Any, path: Path) -> dict:
-    if not isinstance(part, dict):
-        raise _bad(path, "the part is not a JSON object")
-    for key in ("schema", "run_id", "name", "study", "mode", "records", "checks"):
-        if key not in part:
-            raise _bad(path, f"missing key {key!r}")
-    if part["schema"] != SCHEMA_VERSION:
-        raise _bad(path, f"schema {part['schema']!r}, this code reads {SCHEMA_VERSION}")
-    if not isinstance(part["records"], list):
-        raise _bad(path, "'records' must be a list")
-    if not isinstance(part.get("checks"), list):
-        raise _bad(path, "'checks' must be a list (empty when nothing was checked)")
-    if not isinstance(part.get("extra", {}), dict) or not isinstance(part.get("parameters", {}), dict):
-        raise _bad(path, "'extra' and 'parameters' must be objects")
-    for index, record in enumerate(part["records"]):
-        validate_record(record, path, index)
-    return part
-
 
 # ----------------------------------------------------------------------------- runs
 
@@ -204,8 +132,20 @@ class Run:
         return self.root / "parts" / f"{name}.json"
 
     def part_names(self) -> list[str]:
+        """The names of the part files (a file whose name is no part name is left out: see
+        ``stray_files``)."""
         folder = self.root / "parts"
-        return sorted(p.stem for p in folder.glob("*.json") if not is_temporary(p)) if folder.is_dir() else []
+        if not folder.is_dir():
+            return []
+        return sorted(p.stem for p in folder.glob("*.json") if not is_temporary(p) and PART_NAME_PATTERN.match(p.stem))
+
+    def stray_files(self) -> list[Path]:
+        """Files in ``parts/`` that are no part (a name with spaces, another extension); never read."""
+        folder = self.root / "parts"
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.iterdir()
+                      if not p.name.startswith(".") and not (p.suffix == ".json" and PART_NAME_PATTERN.match(p.stem)))
 
     def has_part(self, name: str) -> bool:
         return self.part_path(name).is_file()
@@ -287,6 +227,10 @@ def load_run(run_id: str, root: Path | None = None) -> Run:
     validate_run_id(run_id)
     folder = root / run_id
     manifest_path = folder / "manifest.json"
+    if folder.is_symlink():
+        raise ResultsError(f"The run folder {folder} is a symbolic link (to {os.readlink(folder)}), not a folder of "
+                           "the store; it is never read.",
+                           f"remove the link (`rm {folder}`) and copy the run itself into {root} if you mean to keep it.")
     if not folder.is_dir():
         raise ResultsError(
             f"No recorded run {run_id} under {root}.",
@@ -330,19 +274,60 @@ def list_runs(root: Path | None = None, strict: bool = False) -> list[Run]:
     return sorted(runs, key=lambda run: (str(run.created_utc), run.run_id))
 
 
+def require_runs(root: Path | None = None) -> list[Run]:
+    """The readable runs, or a ``ResultsError`` at once when there is none to replay: a batch
+    that would replay every page checks this first, instead of failing each notebook in turn."""
+    root = Path(root) if root else paths.results_dir()
+    fix = ("restore the recorded runs (`git checkout -- data/results`, or point KERNELBOOK_RESULTS_DIR at a "
+           "store), or measure on a CUDA GPU (`kernelbook run --mode measure`).")
+    if not root.is_dir():
+        raise ResultsError(f"There is no results folder at {root}, so there is nothing to replay.", fix)
+    runs = list_runs(root)
+    if not runs:
+        damaged = [p.name for p in _run_candidates(root)]
+        raise ResultsError(f"The results folder {root} holds no readable run"
+                           + (f" ({len(damaged)} damaged: {', '.join(damaged[:5])}; `kernelbook results --check` "
+                              "says why)" if damaged else "") + ", so there is nothing to replay.", fix)
+    return runs
+
+
 class StoreWarning(UserWarning):
     """A damaged file in the results store that was skipped."""
 
 
 def readable_part(run: Run, name: str) -> dict | None:
     """The part ``name`` of ``run`` when it exists and is valid; a damaged one warns and gives None."""
-    if not run.has_part(name):
-        return None
     try:
+        if not run.has_part(name):
+            return None
         return run.read_part(name)
     except ResultsError as exc:
         warnings.warn(f"skipping {name} of run {run.run_id}: {exc}", StoreWarning, stacklevel=2)
         return None
+    except OSError as exc:  # unreadable (permissions), a folder named like a part
+        warnings.warn(f"skipping {name} of run {run.run_id}: {run.part_path(name)} cannot be read ({exc.strerror or exc}). "
+                      "Fix: make it a readable file, or move it out of the store.", StoreWarning, stacklevel=2)
+        return None
+
+
+def damaged_copies(part_name: str, root: Path | None = None) -> list[str]:
+    """Why each copy of ``part_name`` in the store cannot be read (empty: none is damaged). Tells
+    "damaged" from "not recorded yet" when no run holds a valid copy."""
+    found = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StoreWarning)
+        runs = list_runs(root)
+    for run in runs:
+        path = run.part_path(part_name)
+        if not path.exists() and not path.is_symlink():
+            continue
+        try:
+            _read_part(path)
+        except ResultsError as exc:
+            found.append(str(exc))
+        except OSError as exc:
+            found.append(f"{path} cannot be read ({exc.strerror or exc}).")
+    return found
 
 
 def runs_with(part_name: str, root: Path | None = None) -> list[Run]:
@@ -384,8 +369,11 @@ def check_store(root: Path | None = None) -> list[str]:
     """Every problem in the store, one line each (empty: all runs and parts are valid)."""
     root = Path(root) if root else paths.results_dir()
     problems = []
+    if not root.exists():
+        return [f"{root}: the results folder does not exist (no run was ever recorded here, or the path is wrong: "
+                "check KERNELBOOK_RESULTS_DIR, or restore data/results/ with `git checkout -- data/results`)"]
     if not root.is_dir():
-        return problems
+        return [f"{root}: the results folder is a file, not a folder"]
     for path in sorted(root.iterdir()):
         if is_temporary(path) or path.name.endswith(TEMP_DIR_SUFFIX):
             problems.append(f"{path}: left over from an interrupted write (safe to delete)")
@@ -401,6 +389,10 @@ def check_store(root: Path | None = None) -> list[str]:
             continue
         for leftover in (run.root / "parts").glob(".*"):
             problems.append(f"{leftover}: left over from an interrupted write (safe to delete)")
+        for stray in run.stray_files():
+            if not is_temporary(stray):
+                problems.append(f"{stray}: not a part (a part file is named with letters, digits, '.', '_' and '-' "
+                                "and ends in .json); it is never read. Fix: rename it or move it out of the store")
         for name in run.part_names():
             try:
                 run.read_part(name)
@@ -416,6 +408,9 @@ def iter_records(run_ids: Iterable[str] | None = None, root: Path | None = None)
     """Every recorded measurement as a flat dict, with its run id and device added."""
     runs = list_runs(root) if run_ids is None else [load_run(r, root) for r in run_ids]
     for run in runs:
+        for stray in run.stray_files():
+            warnings.warn(f"skipping {stray}: not a part file name (letters, digits, '.', '_' and '-', ending in "
+                          ".json). Fix: rename it or move it out of the store.", StoreWarning, stacklevel=2)
         for name in run.part_names():
             part = readable_part(run, name)
             if part is None:

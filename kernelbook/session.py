@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import gpu, provenance, results
+from .escape import md_code, md_text, shown_value
 from .errors import GPUUnavailable, ParameterError, ResultsError
 
 MODES = ("auto", "measure", "replay")
@@ -65,7 +66,7 @@ class Session:
         return f"{kind}: {self.run.device}, {self.run.created_utc[:10]}, {self.run.commit}, run {self.run.run_id}"
 
     def _repr_markdown_(self) -> str:
-        return f"**{'Measured' if self.measuring else 'Replayed'}.** {self.label}"
+        return f"**{'Measured' if self.measuring else 'Replayed'}.** {md_text(self.label)}"
 
 
 @dataclass
@@ -101,13 +102,14 @@ class Recording:
         """Markdown that lists each requested value the page shows a recorded one instead of."""
         if not self.mismatches:
             return ""
-        lines = [f"- `{name}`: you asked for `{want!r}`; the recording shows `{have!r}`"
+        lines = [f"- {md_code(name)}: you asked for {md_code(repr(shown_value(want)))}; "
+                 f"the recording shows {md_code(repr(shown_value(have)))}"
                  for name, want, have in self.mismatches]
         return ("**Warning: this page replays a recording made with other values than the ones you passed.**\n\n"
                 + "\n".join(lines) + "\n\nMeasure on a CUDA GPU to see your values.")
 
     def _repr_markdown_(self) -> str:
-        head = self.session._repr_markdown_() if self.session else f"**Not recorded.** {self.label}"
+        head = self.session._repr_markdown_() if self.session else f"**Not recorded.** {md_text(self.label)}"
         warning = self.warning()
         return head + (f"\n\n{warning}" if warning else "")
 
@@ -285,10 +287,18 @@ def recorded(part: str, study: str, measure: Callable[[], Measurement], *, param
                          parameters, status or "Measured now.")
     run = _replay_run(part, replay_run, prefer_run)
     if run is None:
-        message = f"No recorded run holds {part!r} ({NOT_RECORDED})."
+        damaged = results.damaged_copies(part)
+        if damaged:  # recorded, but no copy can be read: say so, never "not recorded yet"
+            message = (f"Every recording of {part!r} is damaged ({len(damaged)} cop{'y' if len(damaged) == 1 else 'ies'}); "
+                       f"the newest: {damaged[-1]}")
+            fix = ("restore the file named above (`git checkout -- data/results`), or measure again on a CUDA GPU; "
+                   "`kernelbook results --check` lists every problem.")
+        else:
+            message = f"No recorded run holds {part!r} ({NOT_RECORDED})."
+            fix = ("record one on a CUDA machine (`kernelbook run --mode measure`, or "
+                   "scripts/device_run.sh on the device) and commit data/results/.")
         if required:
-            raise ResultsError(message, "record one on a CUDA machine (`kernelbook run --mode measure`, or "
-                                        "scripts/device_run.sh on the device) and commit data/results/.")
+            raise ResultsError(message, fix)
         return Recording(part, None, status=f"{status} {message}".strip())
     stored = run.read_part(part)
     found = mismatches(parameters if compare is None else compare, stored.get("parameters") or {})

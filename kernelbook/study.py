@@ -70,6 +70,7 @@ class Study:
             import json
 
             example = json.dumps(list(self.default_sizes or self.cases[:1]))
+            value = P.parsed_list(value)
             if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:
                 raise P.ParameterError(f"{self.size_name}={value!r} is not a non-empty list of cases.",
                                        f"pass e.g. {self.size_name}={example}.")

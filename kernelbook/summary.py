@@ -168,7 +168,9 @@ def targets(study):
     from IPython.display import Markdown
 
     lines = target_lines(study)
-    return Markdown("\n".join(f"- {line}" for line in lines) if lines else "*This study sets no targets.*")
+    from .escape import md_safe
+
+    return Markdown("\n".join(f"- {md_safe(line)}" for line in lines) if lines else "*This study sets no targets.*")
 
 
 def banner(*studies):
@@ -181,7 +183,10 @@ def banner(*studies):
             chapter = load_recorded(study, slug)
             if chapter is not None:
                 runs[chapter.session.run.run_id] = chapter.session.run
-    lines = [f"`{r.run_id}`: {r.device}, {r.created_utc.replace('T', ' ').replace('Z', ' UTC')}, commit `{r.commit}`"
+    from .escape import md_code, md_text
+
+    lines = [f"{md_code(r.run_id)}: {md_text(r.device)}, {md_text(r.created_utc.replace('T', ' ').replace('Z', ' UTC'))}, "
+             f"commit {md_code(r.commit)}"
              for r in sorted(runs.values(), key=lambda r: r.run_id)]
     return Markdown("> **Replayed** (this page measures nothing): every number below comes from these recorded "
                     "runs, named in each caption:\n>\n" + "\n".join(f"> - {line}" for line in lines))

@@ -455,15 +455,16 @@ def test_a_recording_that_names_another_run_is_refused(tmp_path, results_root):
                 "commit": "c", "host": "h"}
     part = {"schema": 1, "run_id": other, "name": "p", "study": "s", "mode": "measure", "records": [], "checks": []}
     report = batch.BatchReport(run_id=run_id, mode="measure", parameters={}, out_dir="o", started_utc="t")
-    with pytest.raises(KernelbookError, match="names run"):
+    with pytest.raises(KernelbookError, match="handed back for run .* is invalid: .*run_id") as info:
         dispatch.write_staged({"run_id": run_id, "manifest": json.dumps(manifest), "parts": {"p": json.dumps(part)}},
                             None, report)
+    assert "run the notebook again" in info.value.fix
     assert not (results_root / run_id).exists()  # nothing half-written
 
 
 def test_replay_from_an_empty_store_is_refused_at_once(tmp_path, results_root, no_gpu):
     book = _measuring_book(tmp_path / "mbook", pages=2)
-    with pytest.raises(BatchError, match="holds no recorded run") as info:
+    with pytest.raises(BatchError, match="holds no readable run, so there is nothing to replay") as info:
         _run(book, tmp_path / "out", mode="replay")
     assert "git checkout -- data/results" in info.value.fix
     assert not (tmp_path / "out").exists()
@@ -608,10 +609,12 @@ def test_ctrl_c_stops_the_cluster_and_keeps_only_whole_notebooks(tmp_path, resul
     stopped = time.monotonic()
     client.communicate(timeout=60)
     assert client.returncode == 130 and time.monotonic() - stopped < 30
-    assert _left_behind(str(results_root), wait=10) == []  # no worker, no kernel left running
+    assert _left_behind(str(results_root), wait=20) == []  # no worker, no kernel left running
     saved = json.loads((book / "out" / "batch.json").read_text())
     statuses = [nb["status"] for nb in saved["notebooks"]]
-    assert saved["interrupted"] and statuses[0] == "ok" and "interrupted" in statuses and "pending" in statuses
+    # those that ended are ok; those that ran when Ctrl-C came, interrupted; those queued, pending
+    assert saved["interrupted"] and statuses[0] == "ok" and "pending" in statuses
+    assert set(statuses) <= {"ok", "interrupted", "pending"}
     ok = {nb["name"].split("/")[1] for nb in saved["notebooks"] if nb["status"] == "ok"}
     run = results.load_run(run_id, results_root)
     assert {name.removeprefix("tiny-") for name in run.part_names()} == ok  # only notebooks that ended, whole

@@ -130,4 +130,146 @@ def test_a_truncated_executed_notebook_names_its_file(book, tmp_path):
     path.write_text(path.read_text()[:40])
     with pytest.raises(BuildError, match="cannot be read") as info:
         _stage(book, executed)
-    assert str(path) in info.value.message and "kernelbook run" in info.value.fix
+    assert str(path) in info.value.message and "kernelbook run --only 'part/good'" in info.value.fix
+    assert "disk" not in info.value.message
+
+
+def test_a_notebook_cut_short_by_a_full_disk_says_so(book, tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    executed = tmp_path / "executed"
+    path = write_executed(executed / "part" / "good.ipynb", "fine\n")
+    path.write_text(path.read_text()[:40])
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10**9, 10**9, 0))
+    with pytest.raises(BuildError, match="disk holding it is full"):
+        _stage(book, executed)
+
+
+# ----------------------------------------------------------------------------- atomic publishing, plain errors
+
+
+def _previous_book(out):
+    html = out / "_build" / "html"
+    html.mkdir(parents=True)
+    (html / "index.html").write_text("the previous book")
+    (html / "page.html").write_text("a previous page")
+    return html
+
+
+@pytest.mark.slow
+def test_a_failed_strict_build_leaves_the_previous_book_whole(book, tmp_path):
+    executed = tmp_path / "executed"
+    write_executed(executed / "part" / "good.ipynb", "hello\n")
+    html = _previous_book(tmp_path / "site")
+    intro = book / "book" / "intro.md"
+    intro.write_text(intro.read_text() + "\nSee {ref}`no-such-label`.\n")
+    with pytest.raises(BuildError, match="previous book is left as it was"):
+        _build(book, executed, tmp_path / "site")
+    assert (html / "index.html").read_text() == "the previous book" and (html / "page.html").is_file()
+    assert [p.name for p in (tmp_path / "site" / "_build").iterdir()] == ["html"]  # no temporary left
+
+
+def test_a_killed_build_leaves_the_previous_book_whole(book, tmp_path, monkeypatch):
+    from kernelbook import build
+
+    executed = tmp_path / "executed"
+    write_executed(executed / "part" / "good.ipynb", "hello\n")
+    html = _previous_book(tmp_path / "site")
+
+    def killed(stage, output, strict, log):
+        (output / "_build" / "html").mkdir(parents=True)
+        (output / "_build" / "html" / "half.html").write_text("half")
+        raise KeyboardInterrupt  # as Ctrl-C or a kill in the middle of Sphinx
+
+    monkeypatch.setattr(build, "_run_jupyter_book", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _build(book, executed, tmp_path / "site")
+    assert (html / "index.html").read_text() == "the previous book" and not (html / "half.html").exists()
+
+
+def test_a_build_killed_during_its_swap_is_recovered_by_the_next(tmp_path):
+    from kernelbook.build import _recover
+
+    build_root = tmp_path / "_build"
+    (build_root / ".html-previous").mkdir(parents=True)
+    (build_root / ".html-previous" / "index.html").write_text("old")
+    (build_root / ".building-x").mkdir()
+    _recover(build_root)
+    assert (build_root / "html" / "index.html").read_text() == "old"
+    assert sorted(p.name for p in build_root.iterdir()) == ["html"]
+
+
+def test_no_space_left_is_one_plain_error(book, tmp_path, monkeypatch, capsys):
+    import errno
+    import shutil
+
+    from kernelbook import cli
+
+    executed = tmp_path / "executed"
+    write_executed(executed / "part" / "good.ipynb", "hello\n")
+    html = _previous_book(tmp_path / "site")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "stage" / "book"))
+
+    monkeypatch.setattr(shutil, "copytree", full)
+    with pytest.raises(BuildError, match="No space left") as info:
+        _build(book, executed, tmp_path / "site")
+    assert "make clean" in info.value.fix
+    assert (html / "index.html").read_text() == "the previous book"
+
+
+def test_an_unwritable_out_folder_is_one_line(tmp_path, capsys):
+    from kernelbook import cli
+
+    assert cli.main(["build", "--out", "/proc/x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Cannot write the book to /proc/x") and "--out" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_kernel_source_changed_after_execution_is_refused(book, tmp_path, monkeypatch):
+    """The page shows the .cu as it was when the notebook ran: a later edit makes it stale."""
+    import nbformat
+
+    from kernelbook import paths
+    from kernelbook.report import show_source
+
+    kernels = book / "kernels" / "toy"
+    kernels.mkdir(parents=True)
+    (kernels / "00_k.cu").write_text("__global__ void k() {}\n")
+    monkeypatch.setattr(paths, "kernels_dir", lambda: book / "kernels")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    data, metadata = InteractiveShell.instance().display_formatter.format(show_source("toy/00_k.cu"))
+    executed = tmp_path / "executed"
+    path = write_executed(executed / "part" / "good.ipynb", "hello\n")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].outputs.append(nbformat.v4.new_output("display_data", data=data, metadata=metadata))
+    nbformat.write(nb, path)
+    _stage(book, executed)  # unchanged: fine
+    (kernels / "00_k.cu").write_text("__global__ void k() { /* edited */ }\n")
+    with pytest.raises(BuildError, match="changed after it was executed.*kernels/toy/00_k.cu") as info:
+        _stage(book, executed)
+    assert "--only 'part/good'" in info.value.fix
+    warnings: list[str] = []
+    _stage(book, executed, strict=False, log=warnings.append)
+    assert any("kernels/toy/00_k.cu" in w for w in warnings)
+
+
+def test_every_refused_notebook_is_in_the_fix(tmp_path):
+    root = make_book(tmp_path / "tiny")
+    executed = tmp_path / "executed"
+    write_executed(executed / "part" / "bad.ipynb", "x\n", status="running")
+    write_executed(executed / "part" / "good.ipynb", "x\n", status="pending")
+    with pytest.raises(BuildError) as info:
+        stage_book(executed, tmp_path / "stage", toc=root / "_toc.yml", config=root / "_config.yml",
+                   book_root=root / "book")
+    assert "--only 'part/bad,part/good'" in info.value.fix
+    (executed / "batch.json").write_text("{ damaged")
+    with pytest.raises(BuildError) as info:
+        stage_book(executed, tmp_path / "stage", toc=root / "_toc.yml", config=root / "_config.yml",
+                   book_root=root / "book")
+    assert "--only 'every'" not in info.value.fix and "`kernelbook run`" in info.value.fix

@@ -59,8 +59,8 @@ def test_results_runs_lists_run_device_date_commit_parts(recorded, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["run_id", "device", "created_utc", "commit", "parts"]
     line = out[1]
-    for text in (recorded.run_id, "Fake GPU 1", recorded.created_utc, "abc123", "lenet-baseline"):
-        assert text in line
+    for text in (recorded.run_id, "Fake GPU 1", recorded.created_utc, "abc123", "1 part (lenet 1)"):
+        assert text in line  # the table counts parts per study; the machine formats list them
 
     assert cli.main(["results", "--runs", "--format", "jsonl"]) == 0
     (row,) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
@@ -114,6 +114,8 @@ def tiny_repo(tmp_path, monkeypatch):
     root = make_book(tmp_path / "repo")
     monkeypatch.setattr(paths, "REPO_ROOT", root)
     monkeypatch.setenv("KERNELBOOK_BUILD_DIR", str(root / "_build"))
+    results.create_run({"device": {"name": "Fake GPU 1"}, "commit": "abc123", "host": "h"},
+                       root=root / "data" / "results")  # something to replay
     return root
 
 
@@ -137,6 +139,19 @@ def test_bad_mode_is_a_usage_error(tiny_repo):
     with pytest.raises(SystemExit) as info:
         cli.main(["run", "--mode", "fast"])
     assert info.value.code == 2
+
+
+def test_a_replay_batch_with_an_empty_store_refuses_at_once(tiny_repo, capsys, no_gpu):
+    import shutil
+
+    shutil.rmtree(tiny_repo / "data")
+    assert cli.main(["run", "--mode", "replay"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to replay" in err and "git checkout -- data/results" in err
+    (tiny_repo / "data" / "results").mkdir(parents=True)
+    assert cli.main(["run"]) == 2  # auto without a GPU replays: the same refusal
+    assert "holds no readable run" in capsys.readouterr().err
+    assert not (tiny_repo / "_build" / "executed").exists()  # nothing ran
 
 
 @pytest.mark.slow

@@ -69,3 +69,42 @@ def test_records_that_share_a_metric_stay_apart(results_root):
         results.record("lenet", "tiled", "C1", 4, "sanitizer_errors", 0, tool="racecheck")])
     header, rows = compare_runs(run.run_id, run.run_id)
     assert sorted(r.key[-1] for r in rows) == ["memcheck", "racecheck"]
+
+
+def test_exit_status_is_1_for_any_number_of_regressions_and_2_for_a_refusal(results_root, capsys):
+    a = _run("20260101T0000Z-aaaaaa", [1.0, 1.05, 0.95], [2.0, 2.02, 1.98])
+    b = _run("20260102T0000Z-bbbbbb", [1.5, 1.55, 1.45], [3.0, 3.02, 2.98])  # both slower
+    assert cli.main(["compare", a.run_id, b.run_id]) == 1
+    assert "2 regression(s)" in capsys.readouterr().err
+    assert cli.main(["compare", a.run_id, "20260109T0000Z-ffffff"]) == 2  # no such run: refused
+
+
+def test_an_unknown_study_is_a_refusal(results_root, capsys):
+    a = _run("20260101T0000Z-aaaaaa", [1.0], [2.0])
+    assert cli.main(["compare", a.run_id, a.run_id, "--study", "nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert "'nonexistent'" in err and "lenet" in err
+
+
+def test_single_samples_use_the_minimum_noise_band(results_root):
+    from kernelbook.compare import MIN_NOISE
+
+    a = _run("20260101T0000Z-aaaaaa", [1.000], [2.0])
+    b = _run("20260102T0000Z-bbbbbb", [1.002], [2.0 * (1 + 2 * MIN_NOISE)])  # C1 +0.2 %, C3 +4 %
+    _, rows = compare_runs(a.run_id, b.run_id)
+    verdicts = {r.key[2]: r.verdict for r in rows if r.key[4] == "op_time_ms"}
+    assert verdicts == {"C1": "same", "C3": "slower"}
+    assert "2%" in render([], rows, "md")  # the band is stated
+
+
+def test_csv_is_plain_csv(results_root, capsys):
+    import csv
+    import io
+
+    a = _run("20260101T0000Z-aaaaaa", [1.0, 1.1], [2.0])
+    assert cli.main(["compare", a.run_id, a.run_id, "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert not out.startswith("#") and "#" not in out
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 3 and rows[0]["study"] == "lenet" and rows[0]["verdict"] == "same"
+    assert all("None" not in v and "(" not in v for row in rows for v in row.values())

@@ -55,7 +55,7 @@ def test_malformed_files_fail_clearly(results_root):
         run.read_part("lenet-baseline")
     assert str(path) in str(info.value) and "Fix:" in str(info.value)
 
-    payload = {"schema": 1, "run_id": run.run_id, "name": "x", "study": "lenet", "mode": "measure", "checks": [],
+    payload = {"schema": 1, "run_id": run.run_id, "name": "lenet-baseline", "study": "lenet", "mode": "measure", "checks": [],
                "records": [{"study": "lenet", "variant": "baseline", "layer": "C1", "batch": -5,
                             "metric": "op_time_ms", "value": 1.0}]}
     path.write_text(json.dumps(payload))
@@ -93,3 +93,127 @@ def test_run_with_prefers_an_existing_run_and_falls_back_to_the_newest(results_r
     # a replayed batch's id names no folder: the newest recording is used, not "nothing"
     assert results.run_with("lenet-baseline", "20261122T0550Z-ffffff").run_id == new.run_id
     assert results.run_with("lenet-tiled", new.run_id) is None
+
+
+# ----------------------------------------------------------------------------- one validator for damaged stores
+
+def _damage(run, edit, name="lenet-baseline"):
+    path = run.part_path(name)
+    part = json.loads(path.read_text())
+    edit(part)
+    path.write_text(json.dumps(part))  # json.dumps writes NaN and Infinity as JavaScript does
+    return path
+
+
+def _first_time(part):
+    return next(r for r in part["records"] if r["metric"] == "op_time_ms")
+
+
+DAMAGES = {
+    "value NaN": lambda p: _first_time(p).update(value=float("nan")),
+    "value Infinity": lambda p: _first_time(p).update(value=float("inf")),
+    "NaN samples": lambda p: _first_time(p).update(samples=[1.0, float("nan")]),
+    "min text": lambda p: _first_time(p).update(min="abc"),
+    "layer object": lambda p: _first_time(p).update(layer={}),
+    "foreign run_id": lambda p: p.update(run_id="20200101T0000Z-000000"),
+    "foreign study": lambda p: p.update(study="mlp"),
+    "unit list": lambda p: _first_time(p).update(unit=["ms"]),
+    "check without passed": lambda p: p["checks"][0].pop("passed"),
+    "check shape text": lambda p: p["checks"][0].update(shape="3x4"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_damaged_part_is_refused_by_check_replay_and_compare_without_hiding_a_good_run(results_root, damage, capsys):
+    from kernelbook import cli
+    from kernelbook.compare import compare_runs
+
+    good = fabricate_chapter(results_root, run_id="20261101T0000Z-aaaaaa")
+    bad = fabricate_chapter(results_root, run_id="20261121T0000Z-bbbbbb")
+    path = _damage(bad, DAMAGES[damage])
+    problems = results.check_store()
+    assert len(problems) == 1 and str(path) in problems[0] and "Fix:" in problems[0]
+    with pytest.warns(results.StoreWarning, match="lenet-baseline"):
+        assert results.run_with("lenet-baseline").run_id == good.run_id  # the good run is replayed
+    with pytest.warns(results.StoreWarning):
+        _, rows = compare_runs(good.run_id, bad.run_id)
+    assert rows == []  # nothing of the damaged part is compared
+    assert cli.main(["results", "--check"]) == 1
+    assert str(path) in capsys.readouterr().out
+
+
+def test_a_symlinked_run_folder_is_never_replayed(results_root, tmp_path):
+    good = fabricate_chapter(results_root, run_id="20261101T0000Z-aaaaaa")
+    outside = fabricate_chapter(tmp_path / "elsewhere", run_id="20261130T0000Z-cccccc")
+    (results_root / outside.run_id).symlink_to(outside.root)
+    with pytest.warns(results.StoreWarning, match="symbolic link"):
+        assert results.run_with("lenet-baseline").run_id == good.run_id
+    assert any("symbolic link" in p for p in results.check_store())
+
+
+def test_a_part_file_name_with_spaces_is_reported_and_hides_nothing(results_root, capsys):
+    from kernelbook import cli
+
+    run = fabricate_chapter(results_root)
+    (run.root / "parts" / "my copy.json").write_text("{}")
+    with pytest.warns(results.StoreWarning, match="my copy.json"):
+        assert [r["part"] for r in results.iter_records()][0] == "lenet-baseline"
+    assert cli.main(["results"]) == 0
+    captured = capsys.readouterr()
+    assert "lenet-baseline" in captured.out and "my copy.json" in captured.err and "rename" in captured.err
+    assert cli.main(["compare", run.run_id, run.run_id]) == 0
+    problems = results.check_store()
+    assert len(problems) == 1 and "my copy.json" in problems[0] and "rename" in problems[0]
+
+
+def test_a_damaged_only_recording_says_damaged_not_missing(results_root, no_gpu):
+    from kernelbook import session
+
+    run = fabricate_chapter(results_root)
+    path = _damage(run, DAMAGES["value NaN"])
+
+    def never():
+        raise AssertionError
+
+    with pytest.raises(ResultsError) as info, pytest.warns(results.StoreWarning):
+        session.recorded("lenet-baseline", "lenet", never, parameters={}, mode="replay")
+    assert "damaged" in info.value.message and str(path) in info.value.message
+    assert session.NOT_RECORDED not in info.value.message
+    with pytest.warns(results.StoreWarning):
+        optional = session.recorded("lenet-baseline", "lenet", never, parameters={}, mode="replay", required=False)
+    assert "damaged" in optional.status
+
+
+def test_missing_or_empty_store_is_reported_as_such(tmp_path, monkeypatch, capsys):
+    from kernelbook import cli
+
+    missing = tmp_path / "nowhere"
+    monkeypatch.setenv("KERNELBOOK_RESULTS_DIR", str(missing))
+    assert cli.main(["results", "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "does not exist" in out and "valid" not in out
+    with pytest.raises(ResultsError, match="no results folder"):
+        results.require_runs()
+    missing.mkdir()
+    with pytest.raises(ResultsError, match="holds no readable run"):
+        results.require_runs()
+
+
+def test_an_unreadable_file_is_skipped_like_a_damaged_one(results_root, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    good = fabricate_chapter(results_root, run_id="20261101T0000Z-aaaaaa")
+    bad = fabricate_chapter(results_root, run_id="20261121T0000Z-bbbbbb")
+    unreadable = bad.root / "manifest.json"
+    real = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self == unreadable:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    with pytest.warns(results.StoreWarning, match="cannot be read"):
+        assert [r.run_id for r in results.list_runs()] == [good.run_id]
+    assert any("cannot be read" in p and str(unreadable) in p for p in results.check_store())

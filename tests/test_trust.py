@@ -278,14 +278,22 @@ def test_constant_memory_shared_by_streams_is_refused_while_another_stream_may_r
 # ----------------------------------------------------------------------------- replay warnings
 
 
-def test_replay_with_other_values_warns_on_the_page(results_root, no_gpu):
+def test_replay_with_other_values_warns_on_the_page(results_root, no_gpu, tmp_path):
+    import shutil
+
+    from kernelbook import paths
+
     fabricate_chapter(results_root, batches=(100, 1000))
+    weights = tmp_path / "my" / "weights.bin"  # a real weights file (a bad one is refused, replaying too)
+    weights.parent.mkdir()
+    shutil.copy(paths.REPO_ROOT / "data" / "models" / "lenet86.bin", weights)
     chapter = run_chapter(STUDY, "baseline", params={"tile_width": 8}, sizes=[100, 500], mode="replay",
-                          weights_path="my/weights.bin")
+                          weights_path=str(weights))
     names = {name for name, _, _ in chapter.recording.mismatches}
     assert {"params", "batch_sizes", "weights"} <= names
     text = chapter.banner().data
-    assert "Warning" in text and "[100, 500]" in text and "[100, 1000]" in text and "my/weights.bin" in text
+    assert "Warning" in text and "[100, 500]" in text and "[100, 1000]" in text and "weights.bin" in text
+    assert str(tmp_path) not in text  # outside the project: the file name only
     same = run_chapter(STUDY, "baseline", sizes=[100, 1000], mode="replay")
     assert same.recording.mismatches == [] and "Warning" not in same.banner().data
 

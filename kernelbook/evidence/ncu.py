@@ -295,7 +295,9 @@ def show_chapter(chapter, profile: bool = True, size: int | None = None) -> sess
     from IPython.display import Markdown, display
 
     evidence = for_chapter(chapter, profile=profile, size=size)
-    display(Markdown(f"*{evidence.status}*"))
+    from ..escape import md_text
+
+    display(Markdown(f"*{md_text(evidence.status)}*"))
     display(ncu_comparison(chapter, evidence))
     display(stall_table(chapter, evidence))
     return evidence

@@ -21,8 +21,12 @@ class ProfilesPage:
     def banner(self):
         from IPython.display import Markdown
 
-        return Markdown(f"> **Ceilings:** {self.found_ceilings.status} [{self.found_ceilings.short_label}]\n>\n"
-                        f"> **{self.study.vendor_name}:** {self.found_vendor.status} [{self.found_vendor.short_label}]")
+        from ..escape import md_text
+
+        return Markdown(f"> **Ceilings:** {md_text(self.found_ceilings.status)} "
+                        f"\\[{md_text(self.found_ceilings.short_label)}\\]\n>\n"
+                        f"> **{self.study.vendor_name}:** {md_text(self.found_vendor.status)} "
+                        f"\\[{md_text(self.found_vendor.short_label)}\\]")
 
     def ceilings_table(self):
         return ceilings_mod.ceilings_table(self.found_ceilings)

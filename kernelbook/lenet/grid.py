@@ -65,6 +65,7 @@ def run_grid(variant: str, configs: list[dict], metric: str = "op_time_ms", batc
         raise ParameterError(f"configs={configs!r} is not a non-empty list of parameter dicts.",
                              "pass e.g. configs=[{'tile_width': 16}, {'tile_width': 32}].")
     merged = [impl.params(**c) for c in configs]
+    STUDY.options(weights_path=weights_path)  # checked in every mode, replaying too
     sizes = STUDY.sizes(batch_sizes)
     check_repeats(repeats, warmup)
     parameters = {"variant": variant, "configs": configs, "metric": metric, "batch_sizes": sizes,

@@ -59,7 +59,16 @@ class LeNetStudy(Study):
         return layer_shape(case, size)
 
     def options(self, weights_path=None) -> dict:
-        return {"weights": P.optional_path("weights_path", weights_path) or DEFAULT_WEIGHTS}
+        """``weights_path`` is checked in every mode (replaying too): a readable course-format file
+        of the right size and layout, or a ParameterError before anything runs."""
+        if P.optional_path("weights_path", weights_path) is None:
+            return {"weights": DEFAULT_WEIGHTS}
+        from .weights import FILE_BYTES, FILE_HEADER, read_weights
+
+        path = P.readable_file("weights_path", weights_path, size=FILE_BYTES, header=FILE_HEADER,
+                               example="'weights-86.bin'")
+        read_weights(path)  # every layer's count and finite values
+        return {"weights": str(path)}
 
     def check(self, impl, case_params: dict, n_random: int, seed: int | None):
         records, rows = [], []

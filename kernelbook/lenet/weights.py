@@ -26,6 +26,9 @@ from kernelbook.errors import DataError, ShapeError
 LAYER_NAMES: tuple[str, ...] = ("conv1", "relu1", "pool1", "conv2", "relu2", "pool2", "fc1", "relu3", "fc2", "softmax")
 #: Values per layer in the file; conv/fc counts include their biases.
 LAYER_COUNTS: tuple[int, ...] = (200, 0, 0, 3152, 0, 0, 41504, 0, 330, 0)
+#: The whole file's size in bytes, and its first eight bytes (the layer count, then conv1's count).
+FILE_BYTES = 4 + 4 * len(LAYER_COUNTS) + 4 * sum(LAYER_COUNTS)
+FILE_HEADER = np.array([len(LAYER_COUNTS), LAYER_COUNTS[0]], dtype="<i4").tobytes()
 
 _FIX_MISSING = "run `python scripts/train_lenet.py` to create it, or pass the course's weights-86.bin."
 _FIX_MALFORMED = (

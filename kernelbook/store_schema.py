@@ -1,0 +1,151 @@
+"""The one validator of the results store: what ``results --check``, every replaying page and
+``compare`` accept. A manifest, a part, its records and checks are checked field by field:
+strings where names belong, finite numbers where measurements belong (no NaN, no Infinity, no
+text), a part's ``run_id`` and ``name`` equal to its run folder's id and its file's name, and every
+record of the part's own study. A failure is a ``ResultsError`` that names the file and the fix.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from .errors import ResultsError
+
+SCHEMA_VERSION = 1
+RUN_ID_PATTERN = re.compile(r"^\d{8}T\d{4}Z-[0-9a-z]+$")
+PART_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
+RECORD_KEYS = ("study", "variant", "layer", "batch", "metric", "value")
+MANIFEST_KEYS = ("schema", "run_id", "created_utc", "device", "commit", "host")
+CREATED_PATTERN = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?Z$")
+
+
+def _is_text(value) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _is_finite(value) -> bool:
+    """A JSON number that is a real measurement: not a bool, not NaN, not infinite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+
+def _run_folder(path: Path) -> Path:
+    path = Path(path)
+    return path.parent.parent if path.parent.name == "parts" else path.parent
+
+
+def _bad(path: Path, what: str) -> ResultsError:
+    return ResultsError(
+        f"Results file {path} {what}." if what.startswith(("is ", "does ")) else f"Results file {path} is malformed: {what}.",
+        f"restore it with `git checkout -- {path}`, or move its run folder {_run_folder(path)} out of "
+        f"{_run_folder(path).parent} if it cannot be restored (`kernelbook results --check` lists every problem).",
+    )
+
+
+def validate_manifest(manifest: Any, path: Path) -> dict:
+    if not isinstance(manifest, dict):
+        raise _bad(path, "the manifest is not a JSON object")
+    missing = [key for key in MANIFEST_KEYS if key not in manifest]
+    if missing:
+        raise _bad(path, f"missing key(s) {', '.join(missing)}")
+    if manifest["schema"] != SCHEMA_VERSION:
+        raise _bad(path, f"schema {manifest['schema']!r}, this code reads {SCHEMA_VERSION}")
+    if not isinstance(manifest["device"], dict) or not _is_text(manifest["device"].get("name")):
+        raise _bad(path, "'device' must be an object with a 'name' (a non-empty string)")
+    for key in ("run_id", "created_utc", "commit", "host"):
+        if not isinstance(manifest[key], str):
+            raise _bad(path, f"{key!r} is {manifest[key]!r}, not a string")
+    if not CREATED_PATTERN.match(manifest["created_utc"]):
+        raise _bad(path, f"created_utc {manifest['created_utc']!r} is not a UTC time like 2026-11-22T04:30:00Z")
+    for key in ("software", "parameters"):
+        if not isinstance(manifest.get(key, {}), dict):
+            raise _bad(path, f"{key!r} must be an object")
+    return manifest
+
+
+def validate_record(record: Any, path: Path, index: int) -> dict:
+    """One record: strings where names belong, finite numbers where numbers belong."""
+    if not isinstance(record, dict):
+        raise _bad(path, f"record {index} is not an object")
+    missing = [key for key in RECORD_KEYS if key not in record]
+    if missing:
+        raise _bad(path, f"record {index} lacks {', '.join(missing)}")
+    if not _is_text(record["metric"]):
+        raise _bad(path, f"record {index} has metric {record['metric']!r} (a non-empty string)")
+    if not _is_text(record["study"]) or not _is_text(record["variant"]):
+        raise _bad(path, f"record {index} needs non-empty string 'study' and 'variant'")
+    if record["layer"] is not None and not isinstance(record["layer"], str):
+        raise _bad(path, f"record {index} has layer {record['layer']!r} (a string or null)")
+    if not isinstance(record.get("unit", ""), str):
+        raise _bad(path, f"record {index} has unit {record['unit']!r} (a string)")
+    value = record["value"]
+    if value is not None and not _is_finite(value):
+        raise _bad(path, f"record {index} has value {value!r} (a finite number, or null when nothing was measured)")
+    for key in ("min", "max"):
+        if record.get(key) is not None and not _is_finite(record[key]):
+            raise _bad(path, f"record {index} has {key} {record[key]!r} (a finite number or null)")
+    batch = record["batch"]
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0):
+        raise _bad(path, f"record {index} has batch {batch!r} (a positive integer or null)")
+    samples = record.get("samples")
+    if samples is not None and not isinstance(samples, list):
+        raise _bad(path, f"record {index} has samples {samples!r} (a list of numbers)")
+    if samples is not None and not all(_is_finite(s) for s in samples):
+        raise _bad(path, f"record {index} has samples that are not finite numbers (NaN, infinity or text)")
+    return record
+
+
+def validate_check(check: Any, path: Path, index: int) -> dict:
+    """One correctness check: a label, passed or not, and fields of the types pages read. Its
+    error measures may be NaN (a kernel that wrote NaN fails its check with a NaN error)."""
+    if not isinstance(check, dict):
+        raise _bad(path, f"check {index} is not an object")
+    if not _is_text(check.get("label")) or not isinstance(check.get("passed"), bool):
+        raise _bad(path, f"check {index} needs a 'label' (a non-empty string) and 'passed' (true or false)")
+    for key in ("shape", "params"):
+        if check.get(key) is not None and not isinstance(check[key], dict):
+            raise _bad(path, f"check {index} has {key} {check[key]!r} (an object)")
+    for key in ("layer", "error", "measure"):
+        if check.get(key) is not None and not isinstance(check[key], str):
+            raise _bad(path, f"check {index} has {key} {check[key]!r} (a string or null)")
+    for key in ("rel_l2_error", "max_abs_error", "measured", "tolerance", "unwritten"):
+        value = check.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise _bad(path, f"check {index} has {key} {value!r} (a number or null)")
+    return check
+
+
+def validate_part(part: Any, path: Path) -> dict:
+    if not isinstance(part, dict):
+        raise _bad(path, "the part is not a JSON object")
+    for key in ("schema", "run_id", "name", "study", "mode", "records", "checks"):
+        if key not in part:
+            raise _bad(path, f"missing key {key!r}")
+    if part["schema"] != SCHEMA_VERSION:
+        raise _bad(path, f"schema {part['schema']!r}, this code reads {SCHEMA_VERSION}")
+    if not isinstance(part["records"], list):
+        raise _bad(path, "'records' must be a list")
+    if not isinstance(part.get("checks"), list):
+        raise _bad(path, "'checks' must be a list (empty when nothing was checked)")
+    if not isinstance(part.get("extra", {}), dict) or not isinstance(part.get("parameters", {}), dict):
+        raise _bad(path, "'extra' and 'parameters' must be objects")
+    for key in ("run_id", "name", "study", "mode"):
+        if not _is_text(part[key]):
+            raise _bad(path, f"{key!r} is {part[key]!r}, not a non-empty string")
+    for index, check in enumerate(part["checks"]):
+        validate_check(check, path, index)
+    # A part belongs where it lies: its run folder's id, its file's name, its name's study.
+    if path.parent.name == "parts":
+        folder = path.parent.parent.name
+        if RUN_ID_PATTERN.match(folder) and part["run_id"] != folder:
+            raise _bad(path, f"its run_id {part['run_id']!r} is not the id of its run folder {folder!r}")
+        if part["name"] != path.stem:
+            raise _bad(path, f"its name {part['name']!r} is not its file's name {path.stem!r}")
+    for index, record in enumerate(part["records"]):
+        validate_record(record, path, index)
+        if record["study"] != part["study"]:
+            raise _bad(path, f"record {index} is of study {record['study']!r}, but the part says {part['study']!r}")
+    return part

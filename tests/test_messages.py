@@ -1,0 +1,152 @@
+"""What a user reads: --version, short run lines, plain CSV cells, PARAMS through make, and a
+chapter written as a notebook that papermill runs as printed."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tinybook import make_book
+
+from kernelbook import cli, paths, results
+from kernelbook.params import split_assignments
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.startswith("kernelbook ")
+
+
+def test_runs_lines_stay_short_and_machine_formats_keep_every_part(results_root, capsys):
+    run = results.create_run({"device": {"name": "GPU"}, "commit": "c", "host": "h"})
+    for i in range(200):
+        run.write_part(f"lenet-step-number-{i:03d}-compiler", "lenet", [])
+    run.write_part("device-ceilings", "device", [])
+    assert cli.main(["results", "--runs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) < 120 and "201 parts (device 1, lenet 200)" in lines[1]
+    assert cli.main(["results", "--runs", "--format", "csv"]) == 0
+    row = next(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(row["parts"].split(",")) == 201
+
+
+def test_csv_cells_are_never_python_reprs(results_root, capsys):
+    run = results.create_run({"device": {"name": "GPU"}, "commit": "c", "host": "h"})
+    run.write_part("lenet-sweep-grid", "lenet", [
+        results.record("lenet", "sweep", "C1", 100, "op_time_ms", 1.0, config={"tile_width": 16}, passed=True)])
+    assert cli.main(["results", "--format", "csv"]) == 0
+    row = next(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert json.loads(row["config"]) == {"tile_width": 16} and row["passed"] == "true"
+
+
+def test_results_runs_says_when_the_store_does_not_exist(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KERNELBOOK_RESULTS_DIR", str(tmp_path / "nowhere"))
+    assert cli.main(["results", "--runs"]) == 0
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_build_and_run_out_are_told_apart_in_help(capsys):
+    for command in ("run", "build"):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "`build --executed DIR` reads them" in text and "Not `run --out`" in text
+
+
+def test_compare_help_documents_the_exit_status(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["compare", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "0 when nothing regressed, 1 when something is slower or worse, 2 when compare refused" in text
+
+
+@pytest.mark.parametrize("text, items", [
+    ("batch_sizes=[100, 500]", ["batch_sizes=[100, 500]"]),
+    ('repeats=3 label="a b" sizes=(1, 2)', ["repeats=3", 'label="a b"', "sizes=(1, 2)"]),
+    ("label='it''s'  x=1", ["label='it''s'", "x=1"]),
+    ("", []),
+])
+def test_assignments_keep_spaces_inside_brackets_and_quotes(text, items):
+    assert split_assignments(text) == items
+
+
+def test_make_params_reach_kernelbook_whole(tmp_path):
+    """`make run PARAMS='batch_sizes=[100, 500] label="a b"'` hands kernelbook the two values unmangled."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "kernelbook").write_text('#!/bin/sh\nprintf "%s\\n" "$KERNELBOOK_PARAMS" "$@" > "$DUMP"\n')
+    (fake / "kernelbook").chmod(0o755)
+    stamp = tmp_path / "stamp"
+    stamp.write_text("")
+    dump = tmp_path / "dump"
+    subprocess.run(["make", "-s", "-C", str(paths.REPO_ROOT), "run", f"BIN={fake}", f"STAMP={stamp}",
+                    """PARAMS=batch_sizes=[100, 500] label="a b" note='x y'"""],
+                   check=True, env={**os.environ, "DUMP": str(dump)}, timeout=60)
+    params_line, *args = dump.read_text().splitlines()
+    from kernelbook.batch import parse_parameters
+
+    assert parse_parameters(split_assignments(params_line)) == {"batch_sizes": [100, 500], "label": "a b",
+                                                                  "note": "x y"}
+    assert args == ["run", "--mode", "auto"]
+
+
+def test_a_chapter_written_as_a_notebook_runs_with_papermill_as_printed(tmp_path, monkeypatch, capsys):
+    root = make_book(tmp_path / "repo", with_bad=False)
+    monkeypatch.setattr(paths, "REPO_ROOT", root)
+    assert cli.main(["notebook", "part/good"]) == 0
+    out = capsys.readouterr().out
+    notebook = root / "book" / "part" / "good.ipynb"
+    assert f"wrote {notebook}" in out
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells)
+    assert "jupytext" not in nb.metadata and nb.metadata.kernelspec.name in ("kernelbook", "python3")
+    command = out.strip().splitlines()[-1].split()
+    assert command[:3] == ["papermill", str(notebook), "out.ipynb"]
+    papermill = os.path.join(os.path.dirname(sys.executable), "papermill")
+    proc = subprocess.run([papermill, str(notebook), str(tmp_path / "out.ipynb"), "-p", "size", "5",
+                           "-y", "label: 'a b'", "-k", "python3"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    executed = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    assert "size=5 label='a b'" in json.dumps(executed.cells[-1].outputs)
+
+
+def test_unknown_chapter_names_the_chapters(tmp_path, monkeypatch, capsys):
+    root = make_book(tmp_path / "repo", with_bad=False)
+    monkeypatch.setattr(paths, "REPO_ROOT", root)
+    assert cli.main(["notebook", "part/nothing"]) == 2
+    assert "part/good" in capsys.readouterr().err
+
+
+def test_a_full_disk_is_one_line(monkeypatch, capsys, results_root):
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/results/x.json")
+
+    monkeypatch.setattr(cli, "_cmd_results", full)
+    monkeypatch.setitem(cli.COMMANDS, "results", full)
+    assert cli.main(["results"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no space left" in err and "/data/results/x.json" in err
+
+
+def test_an_unwritable_run_out_is_one_line(capsys, no_gpu):
+    assert cli.main(["run", "--out", "/proc/x", "--only", "lenet/00_*", "--mode", "replay"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "/proc/x" in err and "--out DIR" in err and "Traceback" not in err
+
+
+def test_runs_table_writes_control_characters_out(results_root, capsys):
+    results.create_run({"device": {"name": "GPU\x1b[2J\x07"}, "commit": "c", "host": "h"})
+    assert cli.main(["results", "--runs"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[2J\\x07" in out
