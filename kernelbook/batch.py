@@ -9,8 +9,13 @@ files that the build (``kernelbook.build``) and the device round trip
 
 The notebooks are MyST Markdown files (jupytext text notebooks); each one is converted to
 ``.ipynb`` in memory, executed in its own folder, and written to
-``<out_dir>/<path relative to book/>.ipynb``. ``<out_dir>/batch.json`` says what ran, how it
-ended and with which parameters.
+``<out_dir>/<path relative to book/>.ipynb``. ``<out_dir>/batch.json`` says what ran, where, how
+it ended and with which parameters.
+
+This module prepares a batch (notebooks, parameters, mode, where they run) and owns its report;
+``kernelbook.cluster`` executes notebooks (in this process or on Dask workers) and
+``kernelbook.dispatch`` takes their results in and writes them: this process is the only writer
+of the results store and of ``out_dir``, wherever the notebooks ran.
 """
 
 from __future__ import annotations
