@@ -5,6 +5,9 @@
 #   make book PROFILE=0            measure without the Nsight Compute profiles (quicker)
 #   make book ONLY='lenet/*' PARAMS='repeats=20 batch_sizes=[100, 1000] label="a b"'
 #   make notebook NB=lenet/00      write book/lenet/00_baseline.ipynb for papermill / Jupyter
+#   make book WORKERS=1            one notebook after another, in one process (default: replaying,
+#                                  a local Dask cluster of one worker per core; measuring, 1)
+#   make book GPUS=2               measure on two GPUs, one dask-cuda worker each (pip install -e '.[gpus]')
 #   make test                      the tests that need no GPU (the book build included)
 #   make test-gpu                  the tests that need a CUDA GPU
 #   make render                    screenshots of key pages in headless Chromium (1280 and 400 px) into _build/screens
@@ -26,11 +29,13 @@ PROFILE ?= 1
 ONLY   ?=
 PARAMS ?=
 STRICT ?= 1
+WORKERS ?=
+GPUS   ?=
 
 # Nsight Compute profiles every step when measuring; PROFILE=0 skips it for quick runs.
 export KERNELBOOK_PROFILE := $(PROFILE)
 
-RUN_ARGS   := --mode $(MODE) $(if $(ONLY),--only '$(ONLY)')
+RUN_ARGS   := --mode $(MODE) $(if $(ONLY),--only '$(ONLY)') $(if $(WORKERS),--workers $(WORKERS)) $(if $(GPUS),--gpus $(GPUS))
 BUILD_ARGS := $(if $(filter 1,$(STRICT)),,--no-strict)
 
 .PHONY: book run build test test-gpu render clean distclean env notebook

@@ -5,4 +5,6 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+# Guarded: a Dask worker process is started by spawning, which imports the main module again.
+if __name__ == "__main__":
+    sys.exit(main())

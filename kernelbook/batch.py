@@ -9,8 +9,13 @@ files that the build (``kernelbook.build``) and the device round trip
 
 The notebooks are MyST Markdown files (jupytext text notebooks); each one is converted to
 ``.ipynb`` in memory, executed in its own folder, and written to
-``<out_dir>/<path relative to book/>.ipynb``. ``<out_dir>/batch.json`` says what ran, how it
-ended and with which parameters.
+``<out_dir>/<path relative to book/>.ipynb``. ``<out_dir>/batch.json`` says what ran, where, how
+it ended and with which parameters.
+
+This module prepares a batch (notebooks, parameters, mode, where they run) and owns its report;
+``kernelbook.cluster`` executes notebooks (in this process or on Dask workers) and
+``kernelbook.dispatch`` takes their results in and writes them: this process is the only writer
+of the results store and of ``out_dir``, wherever the notebooks ran.
 """
 
 from __future__ import annotations
@@ -20,15 +25,13 @@ import hashlib
 import json
 import os
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
+from typing import Any, Callable, TextIO
 
 from . import paths, results
+from .errors import KernelbookError
 from .toc import BatchError, book_notebooks, notebook_name, select  # noqa: F401  (re-exported)
-from .atomic import write_json_atomic
 
 #: Parameters every notebook defines; the batch always passes them, so they are never "unknown".
 ALWAYS_PASSED = ("mode", "run_id")
@@ -113,26 +116,38 @@ class NotebookResult:
     name: str
     path: str
     output: str
-    status: str = "pending"  # pending, running, ok, failed
+    status: str = "pending"  # pending, running, ok, failed, interrupted
     seconds: float | None = None
     error: str | None = None
     source_sha256: str | None = None  # of the source that was executed: a later edit makes the page stale
     run_id: str | None = None
     finished_utc: str | None = None
     shown_instead: list = field(default_factory=list)  # [part, name, asked for, shown] of replayed pages
+    worker: str | None = None  # where it ran ("local": in the batch's own process)
+    gpu: str | None = None  # the UUID of the GPU that measured it (None: replayed)
+    attempts: list = field(default_factory=list)  # every try: {worker, gpu, status, error, seconds}
 
 
 @dataclass
 class BatchReport:
-    """What ``run_batch`` did; ``batch.json`` is this object as JSON."""
+    """What ``run_batch`` did; ``batch.json`` is this object as JSON.
 
-    run_id: str
+    ``run_id`` is the run the batch recorded into, or None for a replay batch (which records
+    nothing, so announces no run)."""
+
+    run_id: str | None
     mode: str
     parameters: dict
     out_dir: str
     started_utc: str
     finished_utc: str | None = None
     notebooks: list[NotebookResult] = field(default_factory=list)
+    engine: str = "sequential"
+    workers: int = 1
+    gpus: list = field(default_factory=list)  # every GPU of the batch (measuring), as in the run's manifest
+    seconds: float | None = None
+    interrupted: bool = False
+    measuring: bool = False
 
     earlier: list[NotebookResult] = field(default_factory=list)  # notebooks of earlier batches, kept
 
@@ -143,6 +158,11 @@ class BatchReport:
     @property
     def ok(self) -> bool:
         return not self.failed
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the batch's run exists in the store (a measured batch wrote at least one part)."""
+        return bool(self.run_id) and (paths.results_dir() / self.run_id / "manifest.json").is_file()
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -161,6 +181,8 @@ def _short_error(exc: BaseException, limit: int = 300) -> str:
         detail = f"{exc.ename}: {exc.evalue}"
         if exc.exec_count is not None:
             detail = f"cell [{exc.exec_count}] {detail}"
+    elif isinstance(exc, KernelbookError):
+        detail = f"{exc.message} Fix: {exc.fix}"
     else:
         detail = str(exc)
     detail = " ".join(detail.split())
@@ -181,7 +203,7 @@ def source_digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _record_source(output: Path, source: Path) -> None:
+def _record_source(nb, source: Path) -> None:
     """Point papermill's ``input_path`` at the MyST source, and show the parameters once.
 
     Papermill adds a cell of injected parameters after the ``parameters`` cell; a reader would see
@@ -189,11 +211,6 @@ def _record_source(output: Path, source: Path) -> None:
     ``parameters`` cell (a line per injected name replaced, new names appended) and the injected
     cell is hidden.
     """
-    import nbformat
-
-    if not output.is_file():
-        return
-    nb = nbformat.read(output, as_version=4)
     nb.metadata.setdefault("papermill", {})["input_path"] = _relative(source)
     injected = next((c for c in nb.cells if "injected-parameters" in (c.get("metadata", {}).get("tags") or [])), None)
     original = next((c for c in nb.cells if "parameters" in (c.get("metadata", {}).get("tags") or [])), None)
@@ -213,7 +230,6 @@ def _record_source(output: Path, source: Path) -> None:
                 lines.append(line)
         original.source = "\n".join(lines + list(values.values()))
         injected.metadata.setdefault("tags", []).append("remove-cell")
-    nbformat.write(nb, output)
 
 
 # ----------------------------------------------------------------------------- the batch
@@ -231,6 +247,10 @@ def run_batch(
     book_root: Path | None = None,
     kernel_name: str = "python3",
     progress_bar: bool = True,
+    workers: int | None = 1,
+    gpus: str | None = None,
+    scheduler: str | None = None,
+    live: TextIO | None = None,
 ) -> BatchReport:
     """Execute the book's notebooks (or those matching ``only``) with papermill.
 
@@ -238,9 +258,22 @@ def run_batch(
     by the whole batch so that a measured batch lands in one recorded run. A notebook that
     raises is recorded as failed (its partially executed copy is kept) and the batch goes on.
     Problems that would make every notebook fail (unknown parameter names, a pattern that
-    matches nothing, a bad mode) are raised before anything runs.
+    matches nothing, a bad mode, an empty store to replay from) are raised before anything runs.
+
+    Where the notebooks execute (``kernelbook.cluster``): ``workers=1`` in this process, one after
+    another; ``workers=N`` on a Dask ``LocalCluster`` of N processes (replaying only: timings
+    taken side by side on one GPU would disturb each other); ``workers=None``: the machine's cores
+    when replaying, else 1; ``gpus`` ("2" or "0,2"): one dask-cuda worker per GPU;
+    ``scheduler``: the running Dask cluster at that address. Wherever they run, this process is
+    the only writer of the results store and of ``out_dir``. On a cluster, a notebook that fails
+    or whose worker dies is tried once more, on another worker when there is one.
+
+    ``log`` gets one line per notebook when it ends and a summary; ``live`` (a terminal) also
+    shows one line per running notebook (worker, GPU, seconds so far), redrawn each second.
     """
     import nbformat
+
+    from . import cluster, devices, gpu
 
     parameters = dict(parameters or {})
     # ``-p mode=...`` / ``-p run_id=...`` are accepted as spellings of the dedicated arguments.
@@ -260,33 +293,44 @@ def run_batch(
         raise BatchError(f"mode={mode!r} is not one of {', '.join(MODES)}.", "pass --mode auto, measure or replay.")
     given_run_id = bool(run_id)
     run_id = results.validate_run_id(run_id) if run_id else results.new_run_id()
+    if gpus is not None and scheduler:
+        raise BatchError("--gpus starts a cluster on this machine and --scheduler uses a running one.",
+                         "pass one of them.")
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise BatchError(f"--workers {workers!r} is not a positive number of processes.",
+                         "pass --workers 1 (in this process, one after another) or more.")
+    if gpus is not None:
+        cluster.parse_gpus(gpus)  # a malformed --gpus costs nothing
+        cluster.require_dask_cuda()  # refused before anything is written
 
     toc = Path(toc) if toc else paths.REPO_ROOT / "_toc.yml"
     book_root = Path(book_root) if book_root else paths.book_dir()
     out_dir = Path(out_dir) if out_dir else paths.build_dir() / "executed"
     notebooks = select(book_notebooks(toc), only, book_root)
 
-    from . import gpu
-
-    ok, why = gpu.availability()
-    if mode == "measure" and not ok:  # refuse in seconds, before any page could quietly replay
-        raise BatchError(f"--mode measure needs a CUDA GPU, but {why}.",
-                         "run on a machine with an NVIDIA GPU, or use --mode replay (or auto) to show the recorded runs.")
+    local_ok, why = gpu.availability()
+    if gpus is not None:
+        measuring = mode != "replay"
+    elif scheduler:
+        measuring = mode == "measure"  # auto: decided once the workers said whether they have GPUs
+    else:
+        if mode == "measure" and not local_ok:  # refuse in seconds, before any page could quietly replay
+            raise BatchError(f"--mode measure needs a CUDA GPU, but {why}.",
+                             "run on a machine with an NVIDIA GPU, or use --mode replay (or auto) to show the "
+                             "recorded runs.")
+        measuring = mode == "measure" or (mode == "auto" and local_ok)
+        if workers is None:
+            workers = 1 if measuring else max(1, min(os.cpu_count() or 1, len(notebooks)))
+        elif workers > 1 and measuring:
+            raise BatchError(f"--workers {workers} would time {workers} notebooks on one GPU at once, and each "
+                             "would disturb the others' timings.",
+                             "measure with --gpus N (one worker per GPU), or replay with --mode replay --workers N.")
     _check_writable(out_dir)
-    report = BatchReport(
-        run_id=run_id, mode=mode, parameters=parameters, out_dir=_relative(out_dir),
-        started_utc=results.utc_now(),
-    )
-    batch_json = out_dir / "batch.json"
-    # Notebooks that will replay write nothing, so a generated run id is not passed to them: a
-    # reader of a replayed page must not see the id of a run that was never recorded.
-    measuring = mode == "measure" or (mode == "auto" and ok)
-    injected = {**parameters, "mode": mode, "run_id": run_id if measuring or given_run_id else None}
 
     with tempfile.TemporaryDirectory(prefix="kernelbook-batch-") as tmp:
         # Convert and check every notebook first: a typo in -p should cost seconds, not a
         # half-measured batch.
-        prepared = []
+        prepared, entries = [], []
         for source in notebooks:
             name = notebook_name(source, book_root)
             nb = _load_source(source)
@@ -296,81 +340,69 @@ def run_batch(
             _check_parameters(name, source, ipynb, nb, parameters)
             output = out_dir / f"{name}.ipynb"
             prepared.append((source, ipynb, output))
-            report.notebooks.append(NotebookResult(name=name, path=_relative(source), output=_relative(output),
-                                                   source_sha256=source_digest(source)))
+            entries.append(NotebookResult(name=name, path=_relative(source), output=_relative(output),
+                                          source_sha256=source_digest(source)))
+        if not measuring and not scheduler:
+            _refuse_empty_store(notebooks)
 
         out_dir.mkdir(parents=True, exist_ok=True)
         lock = _batch_lock(out_dir).__enter__()
+        engine = None
         try:
+            if gpus is not None or scheduler or (workers or 1) > 1:
+                engine = cluster.DaskEngine(workers=workers, gpus=gpus, scheduler=scheduler, measuring=measuring)
+                if scheduler and mode == "auto":
+                    measuring = bool(engine.gpus) and all(engine.gpus.values())
+                    engine.measuring = measuring
+                if scheduler and measuring:
+                    engine.require_measuring()
+                if scheduler and not measuring:
+                    _refuse_empty_store(notebooks)
+            else:
+                engine = cluster.Sequential(measuring)
+            batch_gpus = devices.batch_gpus(engine.gpus) if measuring else []
+            if measuring and given_run_id:
+                devices.refuse_other_model(run_id, batch_gpus)
+            report = BatchReport(
+                run_id=run_id if measuring or given_run_id else None, mode=mode, parameters=parameters,
+                out_dir=_relative(out_dir), started_utc=results.utc_now(), notebooks=entries,
+                engine=engine.name, workers=len(engine.workers), gpus=batch_gpus, measuring=measuring,
+            )
+            # Notebooks that will replay write nothing, so a generated run id is not passed to them:
+            # a reader of a replayed page must not see the id of a run that was never recorded.
+            injected = {**parameters, "mode": mode, "run_id": report.run_id}
+            tasks = []
+            for index, ((source, ipynb, output), entry) in enumerate(zip(prepared, entries)):
+                tasks.append({"key": f"kernelbook-{report.run_id or 'replay'}-{index}-{entry.name}",
+                              "index": index, "name": entry.name,
+                              "notebook": ipynb.read_text(encoding="utf-8"), "cwd": str(source.parent.resolve()),
+                              "parameters": injected, "kernel_name": kernel_name, "measuring": measuring,
+                              "progress_bar": progress_bar and isinstance(engine, cluster.Sequential) and live is None})
+            if not isinstance(engine, cluster.Sequential):
+                log(engine.describe())
             report.earlier = _earlier(out_dir)  # read under the lock: no batch finishes in between
-            _execute_all(prepared, report, batch_json, injected, kernel_name, progress_bar, measuring, tmp, log)
-        finally:
-            lock.__exit__()
+            from .dispatch import execute_all
 
-    report.finished_utc = results.utc_now()
-    write_json_atomic(batch_json, report.to_json())
+            execute_all(engine, tasks, prepared, report, out_dir / "batch.json", measuring, log, live)
+        finally:
+            if engine is not None:
+                engine.close()
+            lock.__exit__()
     return report
 
 
-def _execute_all(prepared, report, batch_json, injected, kernel_name, progress_bar, measuring, tmp, log) -> None:
-    """Execute the prepared notebooks one by one, recording each one's state in ``batch.json``."""
-    import papermill
-
-    write_json_atomic(batch_json, report.to_json())
-    total = len(prepared)
-    for index, ((source, ipynb, output), entry) in enumerate(zip(prepared, report.notebooks), start=1):
-        head = f"[{index}/{total}] {entry.name} ..."
-        log(head)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.unlink(missing_ok=True)  # never let a stale copy pass for this batch's result
-        entry.status = "running"  # left behind if the batch is killed: the build refuses it
-        write_json_atomic(batch_json, report.to_json())
-        notes = Path(tmp) / f"{index}.notes.jsonl"
-        os.environ[NOTES_ENV] = str(notes)
-        started = time.perf_counter()
+def _refuse_empty_store(notebooks: list[Path]) -> None:
+    """A replay batch over pages that read the store, with no run in it: refuse at once, instead
+    of letting every page fail one by one with "not recorded" (pages that never mention kernelbook,
+    like the tests' tiny books, read no store)."""
+    if any("kernelbook" in nb.read_text(encoding="utf-8") for nb in notebooks):
         try:
-            papermill.execute_notebook(
-                str(ipynb),
-                str(output),
-                parameters=injected,
-                kernel_name=kernel_name,
-                progress_bar=progress_bar,
-                cwd=str(source.parent),
-            )
-        except Exception as exc:  # one broken chapter must not stop the others
-            entry.status, entry.error = "failed", _short_error(exc)
-        else:
-            entry.status = "ok"
-        finally:
-            os.environ.pop(NOTES_ENV, None)
-        entry.seconds = round(time.perf_counter() - started, 2)
-        entry.finished_utc = results.utc_now()
-        entry.run_id = report.run_id if measuring else None
-        entry.shown_instead = _read_notes(notes)
-        _record_source(output, source)
-        if entry.status == "ok":
-            log(f"{head} ok ({entry.seconds:.1f} s)")
-        else:
-            log(f"{head} FAILED ({entry.error})")
-        write_json_atomic(batch_json, report.to_json())
+            results.require_runs()
+        except KernelbookError as exc:
+            raise BatchError(f"This batch replays (no GPU measures): {exc.message}", exc.fix) from None
 
 
-NOTES_ENV = "KERNELBOOK_NOTES_FILE"  # the same name as kernelbook.session.NOTES_ENV
 LOCK_NAME = ".batch.lock"
-
-
-def _read_notes(path: Path) -> list:
-    """[part, name, asked for, shown] for every value a replayed page showed instead of the asked one."""
-    if not path.is_file():
-        return []
-    found = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        found += [[item["part"], *m] for m in item.get("mismatches", [])]
-    return found
 
 
 def _check_writable(out_dir: Path) -> None:

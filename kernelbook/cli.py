@@ -3,6 +3,7 @@
 ::
 
     kernelbook run [--only PATTERN] [-p NAME=VALUE]... [--mode auto|measure|replay] [--out DIR]
+                   [--workers N | --gpus N|IDS | --scheduler ADDRESS]
     kernelbook build [--out DIR] [--executed DIR] [--no-strict]
     kernelbook results [--format jsonl|csv] [--run ID]... [--runs] [--check]
     kernelbook compare RUN_A RUN_B [--study S] [--format md|csv]
@@ -66,7 +67,21 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, metavar="DIR",
                      help="where the executed notebooks go (default _build/executed; `build --executed DIR` reads them)")
     run.add_argument("--no-progress", dest="progress", action="store_false",
-                     help="no per-cell progress bar (one line per notebook only)")
+                     help="no live lines (on a terminal: one per running notebook); one line per notebook only")
+    where = run.add_argument_group(
+        "where the notebooks run (Dask)",
+        "Replaying, the notebooks run side by side on a local Dask cluster of one process per core; "
+        "measuring, one after another on this machine's GPU, or one per GPU with --gpus. The batch "
+        "itself (this process) is the only writer of data/results and of the executed notebooks.")
+    where.add_argument("--workers", type=int, metavar="N",
+                       help="N worker processes on this machine (default: the cores when replaying, 1 when "
+                       "measuring); 1 runs every notebook in this process, one after another")
+    where.add_argument("--gpus", metavar="N|IDS",
+                       help="measure on several GPUs: one dask-cuda worker per GPU, e.g. --gpus 2 or --gpus 0,2 "
+                       "(needs the extra: pip install -e '.[gpus]')")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="submit to a running Dask cluster, e.g. tcp://host:8786 (workers need this "
+                       "repository at the same path; for measuring, one single-threaded worker per GPU)")
 
     build = commands.add_parser(
         "build", help="build the HTML book from the executed notebooks",
@@ -120,10 +135,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .batch import parse_parameters, run_batch
-
     import os
 
+    from .batch import parse_parameters, run_batch
     from .params import split_assignments
 
     # `make PARAMS='batch_sizes=[100, 500] label="a b"'` hands its list over whole, in the environment.
@@ -131,11 +145,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if from_make:
         print("parameters from PARAMS: " + " ".join(f"-p {item!r}" for item in from_make), flush=True)
     parameters = parse_parameters(from_make + args.parameters)
-    _refuse_replay_without_store(args.mode, parameters)
+    if args.gpus is None and not args.scheduler:  # a cluster's workers may measure where this machine cannot
+        _refuse_replay_without_store(args.mode, parameters)
+    live = sys.stdout if args.progress and sys.stdout.isatty() else None
     report = run_batch(only=args.only, parameters=parameters, mode=args.mode, out_dir=args.out,
-                       log=lambda line: print(line, flush=True), progress_bar=args.progress)
+                       log=lambda line: print(line, flush=True), progress_bar=False,
+                       workers=args.workers, gpus=args.gpus, scheduler=args.scheduler, live=live)
     done = len(report.notebooks) - len(report.failed)
-    print(f"run {report.run_id} (mode {report.mode}): {done} of {len(report.notebooks)} notebooks ok; "
+    if report.recorded:
+        what = f"run {report.run_id} recorded in {report.run_id and _store_path(report.run_id)}"
+    elif report.measuring:
+        what = f"run {report.run_id}: nothing was recorded"
+    else:
+        what = "replayed the recorded runs (nothing recorded)"
+    print(f"{what}; {done} of {len(report.notebooks)} notebooks ok; "
           f"executed notebooks and batch.json in {report.out_dir}", flush=True)
     for entry in report.notebooks:
         for part, name, wanted, shown in entry.shown_instead:
@@ -146,6 +169,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"FAILED {entry.name}: {entry.error} (see {entry.output})", file=sys.stderr)
         return 1
     return 0
+
+
+def _store_path(run_id: str) -> str:
+    from . import paths
+
+    folder = paths.results_dir() / run_id
+    try:
+        return folder.relative_to(paths.REPO_ROOT).as_posix()
+    except ValueError:
+        return str(folder)
 
 
 def _refuse_replay_without_store(mode: str, parameters: dict) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from . import gpu, provenance, results
@@ -23,6 +24,10 @@ from .errors import GPUUnavailable, ParameterError, ResultsError
 MODES = ("auto", "measure", "replay")
 #: Where ``recorded`` appends what a batch must report (set per notebook by ``kernelbook run``).
 NOTES_ENV = "KERNELBOOK_NOTES_FILE"
+#: Inside a batch (``kernelbook run``), where a measuring page records: a private staging folder
+#: laid out like the store, which the batch validates and copies into the store (the batch is the
+#: store's one writer). Outside a batch, a page records into the store itself.
+STAGING_ENV = "KERNELBOOK_STAGING_DIR"
 NOT_RECORDED = "not recorded yet"
 
 
@@ -196,7 +201,45 @@ def _note(part: str, found: list) -> None:
         handle.write(line + "\n")
 
 
+def keep(part: str, study: str, got: Measurement, parameters: dict, run_id: str | None, device: dict) -> results.Run:
+    """Record a measured part: into the run ``run_id`` (a new run when None) of the store, or,
+    inside a batch, of the batch's staging folder (``KERNELBOOK_STAGING_DIR``)."""
+    staging = os.environ.get(STAGING_ENV)
+    fields = provenance.manifest_fields(device)  # each part keeps its own parameters
+    if staging and run_id:
+        try:  # the run exists in the store already (an earlier page of the batch): same manifest
+            existing = results.load_run(run_id)
+        except (ResultsError, OSError):
+            existing = None
+        if existing is not None:
+            fields = {k: v for k, v in existing.manifest.items() if k not in ("schema", "run_id")}
+    run = results.create_run(fields, run_id=run_id or None, root=Path(staging) if staging else None)
+    run.write_part(part, study, got.records, got.checks, got.extra, parameters=parameters)
+    return run
+
+
+def _staged_run(part: str, run_id: str | None = None) -> results.Run | None:
+    """The run of this batch's staging folder that holds ``part`` (what this page measured now)."""
+    staging = os.environ.get(STAGING_ENV)
+    if not staging or not Path(staging).is_dir():
+        return None
+    for folder in sorted(Path(staging).iterdir(), reverse=True):
+        if (run_id and folder.name != run_id) or not results.RUN_ID_PATTERN.match(folder.name):
+            continue
+        try:
+            run = results.load_run(folder.name, Path(staging))
+        except ResultsError:
+            continue
+        if results.readable_part(run, part) is not None:
+            return run
+    return None
+
+
 def _replay_run(part: str, replay_run: str | None, prefer_run: str | None) -> results.Run | None:
+    # What this page measured a moment ago (staged, not yet in the store) is the newest recording.
+    staged = _staged_run(part, replay_run or prefer_run)
+    if staged is not None:
+        return staged
     if replay_run:
         run = results.load_run(replay_run)  # a malformed run is an error here, never "not recorded"
         if run.has_part(part):
@@ -208,7 +251,10 @@ def _replay_run(part: str, replay_run: str | None, prefer_run: str | None) -> re
             (f"pass replay_run={others[-1]!r}, or leave replay_run empty for the newest." if others
              else "record it on a CUDA machine (`kernelbook run --mode measure`)."),
         )
-    return results.run_with(part, prefer_run)
+    found = results.run_with(part, prefer_run)
+    if found is not None and prefer_run and found.run_id == prefer_run:
+        return found
+    return _staged_run(part) or found
 
 
 def _takes_progress(measure: Callable) -> bool:
@@ -249,16 +295,21 @@ def recorded(part: str, study: str, measure: Callable[..., Measurement], *, para
     if mode == "measure":
         # A run holds many parts, each with its own parameters in its own file; the manifest says
         # where the run was made, not which notebook happened to create it.
-        run = results.create_run(provenance.manifest_fields(gpu.device_info()), run_id=run_id or None)
         if _takes_progress(measure):
+            progress_run: list = []
+
             def progress(records: list[dict], checks: list[dict] | None = None, extra: dict | None = None):
                 """Write what is measured so far (a long measurement killed later keeps it)."""
-                return run.write_part(part, study, records, checks or [], extra or {}, parameters=parameters)
+                so_far = Measurement(records, checks or [], extra or {})
+                progress_run[:] = [keep(part, study, so_far, parameters,
+                                        progress_run[0].run_id if progress_run else run_id, gpu.device_info())]
+                return progress_run[0]
 
             got = measure(progress)
+            run_id = progress_run[0].run_id if progress_run else run_id
         else:
             got = measure()
-        run.write_part(part, study, got.records, got.checks, got.extra, parameters=parameters)
+        run = keep(part, study, got, parameters, run_id, gpu.device_info())
         return Recording(part, Session(part, "measure", run, reason), got.records, got.checks, got.extra,
                          parameters, status or "Measured now.")
     run = _replay_run(part, replay_run, prefer_run)

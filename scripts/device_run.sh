@@ -5,6 +5,8 @@
 #   2. record the device (nvidia-smi, nvcc, Python and package versions) in $OUT/logs/device.txt
 #   3. run the GPU tests:            python3 -m pytest -m gpu -q
 #   4. run the papermill batch:      python3 -m kernelbook run --mode measure "$@"
+#      (with SEQUENTIAL_FIRST=1, first the same batch one notebook after another in this process,
+#      --gpus left out, into _build/executed-sequential: two runs of one call, to compare)
 #      then compute-sanitizer memcheck + racecheck over every kernel: scripts/sanitize.py
 #   5. pack the new run folder(s) of data/results/, _build/executed/ and the logs into
 #      $OUT/run.tar.gz (unpack here with scripts/import_device_run.sh)
@@ -29,6 +31,10 @@
 #                       (default: kernelbook.lenet; "none" skips it)
 #   SANITIZE_STEPS      comma-separated steps the sanitizer checks (default: every step)
 #   SANITIZE_LAYERS     comma-separated cases the sanitizer launches (default: every case)
+#   SEQUENTIAL_FIRST    1: before the batch, measure the same notebooks sequentially (no Dask) into
+#                       their own run; steps.txt then gives both wall times, e.g. the dask-cuda check:
+#                       SEQUENTIAL_FIRST=1 GPU_TESTS=none SANITIZE_STUDIES=none \
+#                         bash scripts/device_run.sh --only 'vgg/*' --gpus 1
 #
 # The run tool must carry the git-ignored wheels: carry: [".whl"].
 # Arguments are passed to `kernelbook run`, e.g. --only 'lenet/*' -p repeats=20.
@@ -91,7 +97,8 @@ import importlib.metadata as md
 names = ["cupy-cuda13x", "cupy-cuda12x", "numpy", "pandas", "matplotlib", "papermill", "jupytext",
          "ipykernel", "ipython", "nbclient", "jupyter-client", "pyzmq", "tornado",
          "markdown-it-py", "psutil", "pygments", "python-dateutil", "attrs", "packaging",
-         "typing-extensions", "aiohttp", "pytest"]
+         "typing-extensions", "aiohttp", "pytest", "dask", "distributed", "dask-cuda",
+         "cloudpickle", "toolz", "nvidia-ml-py", "cuda-core", "numba"]
 for name in names:
     try:
         print(f"{name:20s} {md.version(name)}")
@@ -104,8 +111,12 @@ except Exception as exc:
     print("cupy:", type(exc).__name__, exc)
 PY
 } > "$LOGS/device.txt" 2>&1
-"$PY" -c "import papermill, jupytext, nbclient, ipykernel, IPython, kernelbook.batch" 2>&1 | tail -5
-finish_step "import check (papermill, jupytext, nbclient, ipykernel, IPython, kernelbook.batch)" "${PIPESTATUS[0]}"
+"$PY" -c "import papermill, jupytext, nbclient, ipykernel, IPython, dask, distributed, kernelbook.batch" 2>&1 | tail -5
+finish_step "import check (papermill, jupytext, nbclient, ipykernel, IPython, dask, distributed, kernelbook.batch)" "${PIPESTATUS[0]}"
+if [[ " $* " == *" --gpus"* ]]; then
+  "$PY" -c "from dask_cuda import LocalCUDACluster" 2>&1 | tail -5
+  finish_step "import check (dask_cuda, for --gpus)" "${PIPESTATUS[0]}"
+fi
 
 # 3. GPU tests ----------------------------------------------------------------------------------
 if [ "${GPU_TESTS:-tests}" != "none" ]; then
@@ -118,8 +129,25 @@ fi
 # 4. the batch ----------------------------------------------------------------------------------
 # BATCH_TIMEOUT (seconds) stops a batch that would outlive the device call, so that step 5
 # still packs whatever the finished notebooks recorded.
+if [ "${SEQUENTIAL_FIRST:-0}" = "1" ]; then
+  sequential=()  # the same arguments without --gpus: one notebook after another, in this process
+  skip=0
+  for arg in "$@"; do
+    if [ "$skip" = 1 ]; then skip=0; continue; fi
+    case "$arg" in --gpus) skip=1 ;; --gpus=*) ;; *) sequential+=("$arg") ;; esac
+  done
+  start=$(date +%s.%N)
+  timeout "${BATCH_TIMEOUT:-100000}" "$PY" -m kernelbook run --mode measure --workers 1 \
+    --out _build/executed-sequential "${sequential[@]}" 2>&1 | tee "$LOGS/batch-sequential.log"
+  rc=${PIPESTATUS[0]}
+  note "wall time: sequential batch $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
+  finish_step "kernelbook run --mode measure --workers 1 ${sequential[*]}" "$rc"
+fi
+start=$(date +%s.%N)
 timeout "${BATCH_TIMEOUT:-100000}" "$PY" -m kernelbook run --mode measure "$@" 2>&1 | tee "$LOGS/batch.log"
-finish_step "kernelbook run --mode measure $*" "${PIPESTATUS[0]}"
+rc=${PIPESTATUS[0]}
+note "wall time: batch $* $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
+finish_step "kernelbook run --mode measure $*" "$rc"
 
 # 4b. compute-sanitizer over every kernel, recorded into the batch's run (after the batch, so
 # each variant is checked with the configuration its chapter timed) --------------------------
@@ -145,6 +173,7 @@ done
 note "new run folder(s): ${new_runs[*]:-none}"
 packed=("${new_runs[@]}")
 [ -d _build/executed ] && packed+=(_build/executed)
+[ -d _build/executed-sequential ] && packed+=(_build/executed-sequential)
 tar -czf "$OUT/run.tar.gz" "${packed[@]}" -C "$OUT" logs
 finish_step "pack $OUT/run.tar.gz" $?
 

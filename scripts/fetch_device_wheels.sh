@@ -3,8 +3,10 @@
 #
 # The device (Python 3.12, x86_64, no network) already has numpy, cupy, pandas, matplotlib,
 # pyyaml, requests, tqdm, click, pygments, psutil, packaging, python-dateutil, attrs,
-# markdown-it-py, mdurl, aiohttp and pytest, but nothing of Jupyter. This downloads exactly the
-# missing closure of papermill + ipykernel + jupytext (checked with
+# markdown-it-py, mdurl, aiohttp and pytest, and of Dask's needs jinja2, msgpack, fsspec,
+# sortedcontainers, numba, cuda-core and nvidia-ml-py (pynvml), but nothing of Jupyter or Dask.
+# This downloads exactly the missing closure of papermill + ipykernel + jupytext + dask +
+# distributed + dask-cuda (checked with
 #   unzip -p .whl/NAME-*.whl '*/METADATA' | grep ^Requires-Dist
 # ), pinned, one version each, so that scripts/device_run.sh can install them offline with
 # --no-deps. .whl/ is git-ignored; pass it to the device with the run tool's `carry: [".whl"]`.
@@ -36,6 +38,13 @@ WHEELS=(
   stack-data==0.6.3 executing==2.3.0 asttokens==3.0.2 pure-eval==0.2.4
   # MyST notebooks -> ipynb
   jupytext==1.19.6 mdit-py-plugins==0.7.0
+  # the batch engine (kernelbook run --gpus 1): dask-cuda 26.10 is built against dask and
+  # distributed 2026.7.1 (its rapids-dask-dependency pins them; that package itself only patches
+  # imports through a .pth file, which a --target install does not run, so it is left out).
+  # cloudpickle and toolz are on the device, but dask needs cloudpickle>=3 and toolz>=0.12: the
+  # device's versions are not known, so these (small, backward compatible) ones shadow them.
+  dask==2026.7.1 distributed==2026.7.1 dask-cuda==26.10.0
+  partd==1.4.2 locket==1.0.0 tblib==3.2.2 zict==3.0.0 cloudpickle==3.1.2 toolz==1.2.0
 )
 
 # Keep the wheels out of `git status` even where .gitignore is not honoured.

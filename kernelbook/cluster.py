@@ -1,0 +1,496 @@
+"""Where the batch's notebooks execute: in this process, one after another, or on Dask workers.
+
+``kernelbook.batch`` decides *what* runs (which notebooks, with which parameters, in which order)
+and is the only writer of the results store and of the executed notebooks. This module decides
+*where*: an :class:`Engine` takes tasks (one notebook each) and hands back what ``execute``
+returned for them.
+
+- :class:`Sequential`: in this process, in table-of-contents order (``--workers 1``, and a
+  measured batch on one GPU without ``--gpus``).
+- :class:`DaskEngine`: a ``distributed.LocalCluster`` of N processes (``--workers N``), dask-cuda's
+  ``LocalCUDACluster`` with one worker per GPU (``--gpus``), or a running cluster reached by
+  address (``--scheduler``).
+
+``execute`` is the one function that executes a notebook, wherever it runs. It never writes the
+results store or the output folder: the kernel records into a private staging folder (the
+environment variable ``KERNELBOOK_STAGING_DIR``, read by ``kernelbook.session``), and ``execute``
+returns the executed notebook, the staged manifests and parts (as text), the shown-instead notes,
+and which worker and GPU ran it. The batch validates all of it and writes it atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .devices import check_one_model, gpu_label, list_gpus, visible_gpu
+from .toc import BatchError
+
+#: Environment variables the kernel of a batch notebook reads (same names as kernelbook.session's).
+NOTES_ENV = "KERNELBOOK_NOTES_FILE"
+STAGING_ENV = "KERNELBOOK_STAGING_DIR"
+#: The Dask event topic on which a worker says that it started a notebook (for the live lines).
+TOPIC = "kernelbook-batch"
+#: How long a ``--scheduler`` address may take to answer, and a cluster to show a worker.
+CONNECT_TIMEOUT_S = 5
+WORKERS_TIMEOUT_S = 30
+INSTALL_GPUS = "pip install -e '.[gpus]'  (or: pip install dask-cuda)"
+
+
+# ----------------------------------------------------------------------------- one notebook
+
+
+def _ipc_config(folder: Path):
+    """The kernel talks to papermill over Unix sockets (IPC), not unencrypted TCP on localhost:
+    nothing to eavesdrop on, and ipykernel's "running over TCP without encryption" warning,
+    once per notebook, has no cause any more. The sockets live in the task's private folder
+    (left to itself, jupyter_client would put them in the notebook's folder, where two kernels
+    running side by side would take each other's)."""
+    from traitlets.config import Config
+
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(folder / "kernel")
+    return config
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return "local"
+    return str(worker.name)
+
+
+def _announce(task: dict, gpu: dict | None) -> None:
+    """Tell the client, through the scheduler, that this worker started the notebook."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return
+    worker.log_event(TOPIC, {"key": task["key"], "name": str(worker.name), "gpu": gpu_label(gpu), "at": time.time()})
+
+
+def _read_staged(staging: Path) -> list[dict]:
+    """What the kernel recorded: [{"run_id", "manifest": text, "parts": {name: text}}]."""
+    staged = []
+    if not staging.is_dir():
+        return staged
+    for folder in sorted(staging.iterdir()):
+        manifest = folder / "manifest.json"
+        if not folder.is_dir() or not manifest.is_file():
+            continue
+        parts = {p.stem: p.read_text(encoding="utf-8") for p in sorted((folder / "parts").glob("*.json"))
+                 if not p.name.startswith(".")}
+        staged.append({"run_id": folder.name, "manifest": manifest.read_text(encoding="utf-8"), "parts": parts})
+    return staged
+
+
+def execute(task: dict) -> dict:
+    """Execute one notebook with papermill and hand back everything it produced.
+
+    ``task``: ``key``, ``name``, ``notebook`` (the ipynb as JSON text), ``cwd``, ``parameters``,
+    ``kernel_name``, ``measuring``, ``progress_bar``. Runs in this process or on a Dask worker;
+    in both cases the kernel sees exactly one GPU when measuring (``CUDA_VISIBLE_DEVICES`` set to
+    its UUID), records into a private staging folder, and nothing outside a temporary folder is
+    written. A notebook that raises is a result (``status`` failed), never an exception.
+    """
+    import papermill
+
+    from .batch import _short_error
+
+    gpu = visible_gpu() if task.get("measuring") else None
+    _announce(task, gpu)
+    tmp = Path(tempfile.mkdtemp(prefix="kernelbook-nb-"))
+    result: dict[str, Any] = {"key": task["key"], "worker": _worker_name(), "host": socket.gethostname(),
+                              "gpu": gpu, "status": "failed", "error": None, "notebook": None,
+                              "staged": [], "notes": [], "seconds": 0.0}
+    env = {NOTES_ENV: str(tmp / "notes.jsonl"), STAGING_ENV: str(tmp / "staging")}
+    if gpu:
+        env["CUDA_VISIBLE_DEVICES"] = gpu["uuid"]  # dask-cuda leaves the other GPUs visible: not here
+    saved = {name: os.environ.get(name) for name in env}
+    started = time.perf_counter()
+    try:
+        if not Path(task["cwd"]).is_dir():
+            raise BatchError(f"The folder {task['cwd']} of notebook {task['name']} does not exist on "
+                             f"{socket.gethostname()}.",
+                             "run the workers where the repository is at the same path (a shared file system).")
+        source = tmp / "notebook.ipynb"
+        output = tmp / "executed.ipynb"
+        source.write_text(task["notebook"], encoding="utf-8")
+        os.environ.update(env)  # the kernel inherits them (one task at a time per process)
+        papermill.execute_notebook(str(source), str(output), parameters=task["parameters"],
+                                   kernel_name=task["kernel_name"], progress_bar=task.get("progress_bar", False),
+                                   cwd=task["cwd"], config=_ipc_config(tmp))
+    except Exception as exc:  # one broken chapter must not stop the others
+        result["error"] = _short_error(exc)
+    else:
+        result["status"] = "ok"
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        result["seconds"] = round(time.perf_counter() - started, 2)
+        try:
+            output = tmp / "executed.ipynb"
+            result["notebook"] = output.read_text(encoding="utf-8") if output.is_file() else None
+            result["staged"] = _read_staged(tmp / "staging")
+            notes = tmp / "notes.jsonl"
+            result["notes"] = notes.read_text(encoding="utf-8").splitlines() if notes.is_file() else []
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+# ----------------------------------------------------------------------------- engines
+
+
+class Sequential:
+    """One notebook after another, in this process: what ``kernelbook run`` always did."""
+
+    name = "sequential"
+    dashboard = None
+
+    def __init__(self, measuring: bool):
+        self.measuring = measuring
+        self.queue: list[dict] = []
+        self.gpus = {"local": visible_gpu()} if measuring else {"local": None}
+        self.started: dict[str, tuple[str, str, str, float]] = {}
+        self.lock = threading.Lock()
+
+    @property
+    def workers(self) -> list[str]:
+        return ["local"]
+
+    def submit(self, task: dict, avoid: str | None = None) -> None:
+        self.queue.append(task)
+
+    def next_result(self) -> tuple[dict, dict | None, BaseException | None]:
+        task = self.queue.pop(0)
+        with self.lock:
+            self.started[task["key"]] = (task["name"], "local", gpu_label(self.gpus["local"]) if self.measuring else "",
+                                         time.time())
+        try:
+            return task, execute(task), None
+        finally:
+            with self.lock:
+                self.started.pop(task["key"], None)
+
+    def pending(self) -> int:
+        return len(self.queue)
+
+    def running(self) -> dict[str, tuple[str, str, str, float]]:
+        """The notebooks running now: key -> (name, worker, GPU, started at)."""
+        with self.lock:
+            return dict(self.started)
+
+    def close(self) -> None:
+        self.queue.clear()
+
+
+class DaskEngine:
+    """Notebooks as Dask tasks: a local cluster of processes, one worker per GPU, or a running cluster.
+
+    Each worker executes one notebook at a time (one thread), so a measuring worker's GPU is never
+    shared: whole-device work (Nsight Compute, the device ceilings) has its GPU to itself.
+    """
+
+    def __init__(self, *, workers: int | None = None, gpus: str | None = None, scheduler: str | None = None,
+                 measuring: bool = False, log=print):
+        import dask
+
+        self.cluster = None
+        self.client = None
+        self.futures: dict = {}
+        self.tasks: dict = {}
+        self.started: dict[str, tuple[str, str, str, float]] = {}
+        self.lock = threading.Lock()
+        self.measuring = measuring
+        # A worker that dies is reported at once (KilledWorker): the batch retries the notebook
+        # itself, elsewhere, once; and a worker takes a task only when its thread is free.
+        self._config = dask.config.set({"distributed.scheduler.allowed-failures": 0,
+                                        "distributed.scheduler.worker-saturation": 1.0})
+        self._config.__enter__()
+        try:
+            if scheduler:
+                self.name = f"scheduler {scheduler}"
+                self.client = _connect(scheduler)
+            elif gpus is not None:
+                self.cluster = _cuda_cluster(gpus)
+                self.name = f"dask-cuda LocalCUDACluster ({len(self.cluster.workers)} GPU worker(s))"
+            else:
+                from distributed import LocalCluster
+
+                try:
+                    self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                                dashboard_address=":0" if _has_bokeh() else None)
+                except RuntimeError as exc:  # "Nanny failed to start"
+                    raise BatchError(
+                        f"The {workers} Dask worker processes did not start ({exc}; the reason is printed above).",
+                        "if a script of yours calls run_batch, put the call under `if __name__ == '__main__':` "
+                        "(workers are started by spawning, which runs the main script again); or pass "
+                        "--workers 1.") from None
+                self.name = f"Dask LocalCluster ({workers} worker process(es))"
+            if self.client is None:
+                from distributed import Client
+
+                self.client = Client(self.cluster, set_as_default=False)
+            try:
+                self.client.wait_for_workers(1, timeout=WORKERS_TIMEOUT_S)
+            except Exception:
+                raise BatchError(f"The Dask cluster ({self.name}) has no worker after {WORKERS_TIMEOUT_S} s.",
+                                 "start workers for it (`dask worker ADDRESS --nthreads 1`), then run again.") from None
+            self.client.subscribe_topic(TOPIC, self._on_event)
+            self._probe()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- set-up
+
+    @property
+    def dashboard(self) -> str | None:
+        if not _has_bokeh():
+            return None
+        try:
+            return self.client.dashboard_link
+        except Exception:
+            return None
+
+    @property
+    def workers(self) -> list[str]:
+        return sorted(self.gpus)
+
+    def describe(self) -> str:
+        """One line when the cluster is up: what it is, its scheduler, its dashboard."""
+        try:
+            address = self.client.scheduler.address
+        except Exception:
+            address = "?"
+        dashboard = self.dashboard or "none (install bokeh>=3.1 for one)"
+        gpus = "; ".join(f"worker {w}: {gpu_label(g)}" for w, g in sorted(self.gpus.items()) if g) if self.measuring else ""
+        return (f"{self.name}, scheduler {address}, Dask dashboard: {dashboard}" + (f"; {gpus}" if gpus else ""))
+
+    def _probe(self) -> dict[str, dict | None]:
+        """Each worker's name -> its GPU (None for a CPU worker)."""
+        info = self.client.scheduler_info()["workers"]
+        self.names = {address: str(w.get("name", address)) for address, w in info.items()}
+        self.threads = {str(w.get("name", a)): w.get("nthreads", 1) for a, w in info.items()}
+        found = self.client.run(visible_gpu)
+        self.gpus = {self.names.get(address, address): gpu for address, gpu in found.items()}
+        if self.measuring:
+            self.require_measuring()
+        return self.gpus
+
+    def require_measuring(self) -> None:
+        """Refuse workers that cannot measure: no GPU, several threads, two on one GPU, mixed models."""
+        crowded = sorted(name for name, n in self.threads.items() if n != 1)
+        if crowded:
+            raise BatchError(
+                f"Worker(s) {', '.join(crowded)} run several threads: they would time several notebooks on "
+                "one GPU at once.",
+                "start one single-threaded worker per GPU (`dask cuda worker ADDRESS`, or "
+                "`dask worker ADDRESS --nthreads 1` with CUDA_VISIBLE_DEVICES set per worker).")
+        missing = sorted(name for name, gpu in self.gpus.items() if gpu is None)
+        if missing:
+            raise BatchError(f"Worker(s) {', '.join(missing)} have no GPU, and this batch measures.",
+                             "start the workers on GPU machines (one per GPU), or pass --mode replay.")
+        check_one_model(self.gpus)
+        uuids = [gpu["uuid"] for gpu in self.gpus.values()]
+        shared = sorted({u for u in uuids if uuids.count(u) > 1})
+        if shared:
+            raise BatchError(f"Several workers would time on the same GPU ({', '.join(shared)}).",
+                             "start one worker per GPU (dask-cuda's `dask cuda worker` does).")
+
+    def _on_event(self, event) -> None:
+        _, msg = event
+        with self.lock:
+            if msg.get("key") in self.futures:
+                self.started[msg["key"]] = (self.tasks[msg["key"]]["name"], msg.get("name", "?"),
+                                            msg.get("gpu", "") if self.measuring else "", msg.get("at", time.time()))
+
+    # -- tasks
+
+    def submit(self, task: dict, avoid: str | None = None) -> None:
+        """Queue ``task``; ``avoid`` (a worker name) is where it failed before: elsewhere if possible."""
+        others = [a for a, name in self.names.items() if name != avoid] if avoid else None
+        # the scheduler's current workers: a worker restarted by its nanny has a new address
+        current = set(self.client.scheduler_info()["workers"])
+        others = [a for a in (others or []) if a in current] or None
+        if avoid:  # a new key: the scheduler keeps the failed one's state under the old key
+            task = {**task, "key": f"{task['key']}-again"}
+        placement = {"workers": others, "allow_other_workers": True} if others else {}
+        future = self.client.submit(execute, task, key=task["key"], pure=False, priority=-task["index"], **placement)
+        with self.lock:
+            self.futures[task["key"]] = future
+            self.tasks[task["key"]] = task
+
+    def pending(self) -> int:
+        with self.lock:
+            return len(self.futures)
+
+    def running(self) -> dict[str, tuple[str, str, str, float]]:
+        """The notebooks running now: key -> (name, worker, GPU, started at)."""
+        with self.lock:
+            return dict(self.started)
+
+    def next_result(self) -> tuple[dict, dict | None, BaseException | None]:
+        """The next notebook that ended: (task, result or None, the error when its worker died)."""
+        from distributed import wait
+
+        while True:
+            with self.lock:
+                futures = list(self.futures.values())
+            with self.client.as_current():
+                try:
+                    done = wait(futures, timeout=1, return_when="FIRST_COMPLETED").done
+                except TimeoutError:
+                    done = set()
+            if done:
+                break
+        future = next(iter(done))
+        with self.lock:
+            self.futures.pop(future.key, None)
+            task = self.tasks.pop(future.key)
+            where = self.started.pop(future.key, None)
+        self.names = {a: str(w.get("name", a)) for a, w in self.client.scheduler_info()["workers"].items()} \
+            or self.names
+        if future.status == "finished":
+            return task, future.result(), None
+        error = future.exception()
+        if where:
+            task = {**task, "died_on": where[1]}
+        return task, None, error
+
+    def close(self) -> None:
+        with self.lock:
+            futures = list(self.futures.values())
+            self.futures.clear()
+        for closer in (lambda: self.client.cancel(futures) if futures else None,
+                       lambda: self.client.unsubscribe_topic(TOPIC),
+                       lambda: self.client.close(timeout=10),
+                       lambda: self.cluster.close(timeout=10) if self.cluster is not None else None):
+            if self.client is None:
+                break
+            try:
+                closer()
+            except Exception:
+                pass
+        self.client = None
+        self.cluster = None
+        if self._config is not None:
+            self._config.__exit__(None, None, None)
+            self._config = None
+
+
+def _has_bokeh() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bokeh") is not None
+
+
+def _connect(address: str):
+    """A client of the running cluster at ``address``, or a clear error within seconds.
+
+    The address is tried first with one handshake of Dask's own protocol (a port where something
+    else answers is refused as well as a closed one), so that a failed Client, whose clean-up
+    would take its own timeout again at exit, is never made."""
+    import asyncio
+
+    from distributed import Client
+    from distributed.comm import connect
+
+    async def handshake() -> None:
+        comm = await connect(address, timeout=CONNECT_TIMEOUT_S)
+        await comm.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(handshake(), CONNECT_TIMEOUT_S + 1))
+        return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except Exception as exc:  # OSError, TimeoutError, a bad address, an answer that is not Dask's
+        raise BatchError(
+            f"Cannot reach a Dask scheduler at {address} within {CONNECT_TIMEOUT_S} s "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}).",
+            "check the address (e.g. tcp://host:8786) and that `dask scheduler` runs there; or leave "
+            "--scheduler out to start a local cluster.") from None
+
+
+def parse_gpus(spec: str) -> tuple[int | None, str | None]:
+    """``--gpus 2`` -> (2, None): the first two GPUs; ``--gpus 0,2`` (or UUIDs) -> (None, "0,2")."""
+    spec = str(spec).strip()
+    if spec.isdigit() and "," not in spec:
+        count = int(spec)
+        if count < 1:
+            raise BatchError(f"--gpus {spec} asks for no GPU.", "pass a count (--gpus 2) or device ids (--gpus 0,2).")
+        return count, None
+    ids = [s.strip() for s in spec.split(",") if s.strip()]
+    if not ids or not all(s.isdigit() or s.startswith(("GPU-", "MIG-")) for s in ids):
+        raise BatchError(f"--gpus {spec!r} is neither a count nor a list of device ids.",
+                         "pass --gpus 2 (the first two GPUs) or --gpus 0,2 (indices or GPU-... UUIDs).")
+    if len(set(ids)) != len(ids):
+        raise BatchError(f"--gpus {spec!r} names a GPU twice.", "name each GPU once.")
+    return None, ",".join(ids)
+
+
+def require_dask_cuda() -> None:
+    """Refuse ``--gpus`` at once, before anything is written, where dask-cuda is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("dask_cuda") is None:
+        raise BatchError("--gpus needs dask-cuda, which is not installed.", f"install it: {INSTALL_GPUS}.")
+
+
+def _cuda_cluster(spec: str):
+    """dask-cuda's LocalCUDACluster: one single-threaded worker per GPU."""
+    require_dask_cuda()
+    from dask_cuda import LocalCUDACluster
+    count, ids = parse_gpus(spec)
+    found = list_gpus()
+    if not found:
+        raise BatchError("--gpus needs NVIDIA GPUs, and nvidia-smi lists none here.",
+                         "run on a GPU machine, or leave --gpus out to replay on CPU workers.")
+    if count is not None:
+        if count > len(found):
+            raise BatchError(f"--gpus {count} asks for more GPUs than this machine has ({len(found)}).",
+                             f"pass --gpus {len(found)} or fewer.")
+        ids = ",".join(str(g["index"]) for g in found[:count])
+    known = {str(g["index"]) for g in found}
+    unknown = [i for i in ids.split(",") if i.isdigit() and i not in known]
+    if unknown:
+        raise BatchError(f"--gpus names GPU(s) {', '.join(unknown)}, which this machine does not have "
+                         f"(it has {', '.join(sorted(known))}).", "pass indices that nvidia-smi lists.")
+    chosen = [visible_gpu(i, found) for i in ids.split(",")]
+    check_one_model({f"GPU {i}": g for i, g in zip(ids.split(","), chosen)})
+    return LocalCUDACluster(CUDA_VISIBLE_DEVICES=ids, threads_per_worker=1,
+                            dashboard_address=":0" if _has_bokeh() else None)
+
+
+def describe_failure(error: BaseException) -> str:
+    """One line for a task that ended without a result (its worker died or left)."""
+    text = " ".join(str(error).split())[:240]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def notes_entries(lines: list[str]) -> list:
+    """[part, name, asked for, shown] for every value a replayed page showed instead of the asked one."""
+    found = []
+    for line in lines:
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        found += [[item["part"], *m] for m in item.get("mismatches", [])]
+    return found
