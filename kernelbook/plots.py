@@ -9,14 +9,29 @@ import matplotlib.pyplot as plt
 
 from .report import throughput
 
-matplotlib.rcParams["figure.dpi"] = 110
-matplotlib.rcParams["savefig.dpi"] = 220
-try:  # 2x PNGs in the executed notebooks, sharp on high-density screens
-    from matplotlib_inline.backend_inline import set_matplotlib_formats
+FIGURE_DPI = 200  # pixels per inch of the PNGs in the book: sharp at twice the reading width
 
-    set_matplotlib_formats("retina")
-except ImportError:  # outside Jupyter: nothing to configure
-    pass
+
+def configure_figures() -> None:
+    """PNG figures at ``FIGURE_DPI`` with no size metadata.
+
+    IPython's "retina" format tags each PNG with a display width and height, which Jupyter Book
+    turns into an inline ``style="width:…px;height:…px"`` on the image; that inline size beats the
+    stylesheet, so a figure shrunk to the column kept its height and drew distorted. A plain PNG
+    carries no size: the stylesheet scales it to the column (``max-width: 100%; height: auto``)
+    and it keeps its aspect ratio at every width (tests/test_book.py reads the built HTML for it).
+    """
+    matplotlib.rcParams["figure.dpi"] = 110
+    matplotlib.rcParams["savefig.dpi"] = FIGURE_DPI
+    try:
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+        set_matplotlib_formats("png", dpi=FIGURE_DPI)
+    except Exception:  # outside Jupyter/IPython: nothing to configure
+        pass
+
+
+configure_figures()
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 CASE_COLORS = {"C1": PALETTE[0], "C3": PALETTE[1]}
 

@@ -193,9 +193,18 @@ def format_metric(metric: str, value: float | None) -> str:
 
 
 def change(new: float | None, old: float | None) -> str:
-    """Relative change in % (``+12.3 %``); ``–`` when either side is missing or zero."""
+    """Relative change in % (``+12.3 %``); ``–`` when either side is missing or zero.
+
+    A base near zero makes a percentage meaningless ("+68257.1 %" for 0.01 → 6.8): beyond a
+    tenfold change either way the change is written as a factor (``×683``, ``÷12``).
+    """
     if new is None or old is None or old == 0:
         return "–"
+    ratio = new / old
+    if ratio >= 10:
+        return f"×{ratio:,.0f}" if ratio >= 100 else f"×{ratio:.1f}"
+    if 0 < ratio <= 0.1:
+        return f"÷{1 / ratio:,.0f}" if ratio <= 0.01 else f"÷{1 / ratio:.1f}"
     return f"{(new - old) / abs(old) * 100:+.1f} %"
 
 
