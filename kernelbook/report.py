@@ -228,13 +228,17 @@ def delta_table(steps: dict):
         sizes = sorted({r["batch"] for r in current.records if r["metric"] == metric and r["layer"] == case})
         for size in sizes:
             row = {current.study.case_header: case, current.study.size_header: size}
-            mine = find_record(current.records, metric, case, size)
-            for name in names:
-                chapter = steps[name]
-                found = find_record(chapter.records, metric, case, size) if chapter.correct else None
-                row[f"{_role(name).capitalize()} ({chapter.variant})"] = format_ms(found["value"]) if found else "–"
-                if name != names[-1] and found and mine:
-                    row[f"speed-up vs {_role(name)}"] = f"{found['value'] / mine['value']:.2f}×"
+            mine = find_record(current.records, metric, case, size) if current.correct else None
+            # The comparison first (this step, then its speed-ups), the steps it is compared with
+            # after: on a narrow page the columns the verdict rests on stay in view.
+            row[f"{_role(names[-1]).capitalize()} ({current.variant})"] = format_ms(mine["value"]) if mine else "–"
+            found = {name: find_record(steps[name].records, metric, case, size) if steps[name].correct else None
+                     for name in reversed(names[:-1])}
+            for name, theirs in found.items():
+                row[f"speed-up vs {_role(name)}"] = (f"{theirs['value'] / mine['value']:.2f}×"
+                                                     if theirs and mine else "–")
+            for name, theirs in found.items():
+                row[f"{_role(name).capitalize()} ({steps[name].variant})"] = format_ms(theirs["value"]) if theirs else "–"
             rows.append(row)
     tags = " | ".join(f"{_role(n)}: {ch.recording.short_label}" for n, ch in steps.items())
     return styled(pd.DataFrame(rows), f"{metric} against earlier steps (medians). [{tags}]")

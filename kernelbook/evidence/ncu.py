@@ -236,12 +236,16 @@ def comparison_frame(steps: dict, layers: Iterable[str], metrics: Iterable[str] 
             if all(v is None for v in values.values()):
                 continue
             row = {case_header: layer, "Metric": SPECS[metric].title if metric in SPECS else metric}
-            for role, (slug, _, _) in steps.items():
-                row[f"{role.capitalize()} ({slug})"] = format_metric(metric, values[role])
-            if this is not None:
-                for role in ("previous step", "baseline"):
-                    if role in steps:
-                        row[f"vs {role}"] = change(values["this step"], values[role])
+            # The comparison first: this step and its changes, then the steps it is compared with,
+            # so that what the argument rests on is in view on a narrow page.
+            for role in ("this step", "previous step", "baseline"):
+                if role not in steps:
+                    continue
+                row[f"{role.capitalize()} ({steps[role][0]})"] = format_metric(metric, values[role])
+                if role == "this step":
+                    for other in ("previous step", "baseline"):
+                        if other in steps:
+                            row[f"vs {other}"] = change(values["this step"], values[other])
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -278,7 +282,8 @@ def stall_frame(steps: dict, layers: Iterable[str], case_header: str = "Layer"):
             reasons += [name for name, _ in top_stalls(agg) if name not in reasons]
         for reason in reasons:
             row = {case_header: layer, "Stall reason": reason.replace("_", " ")}
-            for role, (slug, _, records) in steps.items():
+            for role in [r for r in ("this step", "previous step", "baseline") if r in steps]:
+                slug, _, records = steps[role]
                 value = record_value(records, f"stall_{reason}", layer)
                 rank = next((int(r["stall_rank"]) for r in records if r["metric"] == f"stall_{reason}"
                              and r["layer"] == layer and r.get("stall_rank")), None)  # may be a float from pandas
