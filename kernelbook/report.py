@@ -277,8 +277,12 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
 
 
 def show_source(relpath: str, start: str | None = None):
-    """The kernel source from ``kernels/`` as a highlighted block (never pasted into a notebook)."""
-    from IPython.display import Markdown
+    """The kernel source from ``kernels/`` (never pasted into a notebook) in its own block, labelled
+    with its file and closed until the reader opens it: a ``<details>`` with the highlighted code."""
+    from IPython.display import HTML
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import CudaLexer
 
     path = paths.kernels_dir() / relpath
     if not path.is_file():
@@ -287,7 +291,11 @@ def show_source(relpath: str, start: str | None = None):
     if start:
         index = text.find(start)
         text = text[index:] if index >= 0 else text
-    return Markdown(f"`kernels/{relpath}`\n\n```cuda\n{text}\n```")
+    lines = text.count("\n") + 1
+    code = highlight(text, CudaLexer(), HtmlFormatter(cssclass="highlight"))
+    return HTML(f'<details class="kernelbook-source"><summary>Kernel source: <code>kernels/{html.escape(relpath)}'
+                f"</code> ({lines} lines; click to open)</summary>\n"
+                f'<div class="highlight-cuda notranslate">{code}</div></details>')
 
 
 # ----------------------------------------------------------------------------- grids

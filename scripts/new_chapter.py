@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+STUDY_LABELS = {"lenet": "LeNet", "mlp": "MLP", "vgg": "VGG layer"}
+
+
 def render(study_name: str, slug: str) -> tuple[Path, str]:
     study = importlib.import_module(f"kernelbook.{study_name}").STUDY
     step = study.steps.get(slug)
@@ -26,7 +29,8 @@ def render(study_name: str, slug: str) -> tuple[Path, str]:
     import json
 
     line = f"{study.size_name} = {json.dumps(sizes)}".ljust(34) + f"# {study.size_header.lower()} to time"
-    text = (text.replace("# TITLE", f"# Step {step.number}: {step.title}")
+    label = STUDY_LABELS.get(study_name, study_name)  # titles name the study: search shows them alone
+    text = (text.replace("# TITLE", f"# {label}, step {step.number}: {step.title}")
             .replace('step = "STEP"', f'step = "{step.slug}"')
             .replace("SIZES_LINE", line).replace("sizes=SIZES_NAME", f"sizes={study.size_name}")
             .replace("kernelbook.STUDY.STEPS", f"kernelbook.{study_name}.STEPS")
