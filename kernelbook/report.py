@@ -265,12 +265,16 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
             theirs = find_record(other.records, metric, case, size_here) if other.correct else None
             if not (mine and theirs):
                 continue
+            if other.session.run.device != current.session.run.device:  # never a ratio across devices
+                lines.append(f"{case}: the {_role(name)} ({other.variant}) is recorded only on "
+                             f"{other.session.run.device} (run {other.session.run.run_id}), another device: "
+                             "no ratio is drawn.")
+                continue
             ratio = theirs["value"] / mine["value"]
             word = (f"{ratio:.2f}× faster than" if ratio >= 1.05 else
                     f"{1 / ratio:.2f}× slower than" if ratio <= 0.95 else "within 5 % of")
             elsewhere = ("" if other.session.run.run_id == current.session.run.run_id else
-                         f", run {other.session.run.run_id}" + ("" if other.session.run.device == current.session.run.device
-                                                                 else f" on {other.session.run.device}"))
+                         f", run {other.session.run.run_id}")
             lines.append(f"{case} at {current.study.size_header.lower()} {size_here:,}: {format_ms(mine['value'])}, {word} "
                          f"the {_role(name)} ({other.variant}, {format_ms(theirs['value'])}{elsewhere}).")
     return lines or ["No earlier step is recorded at these sizes to compare with."]
