@@ -27,7 +27,14 @@ def headline_size(study, case: str, chapters: dict) -> int | None:
     return max(sizes) if sizes else None
 
 
+#: Short names of the timing methods, for the leaderboard's "Timed by" column (the caption spells
+#: each one out): two methods meet in one table, so each row says which it was.
+TIMING_SHORT = {"cuda-graph": "graph", "events": "events", "host-bound": "host loop", "torch-events": "events (torch)"}
+
+
 def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
+    """Every recorded step per case at the case's largest size: the comparison columns first (time,
+    speed-up, % of floor, against the library), then how it was timed, the unit and the run."""
     chapters = {s: load_recorded(study, s) for s in study.steps.slugs()}
     found_vendor = vendor(study, "replay")
     base = chapters.get(study.steps.baseline.slug)
@@ -47,26 +54,51 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
             theirs = find_record(base.records, study.time_metric, case, size) if base is not None else None
             ceilings = ceilings_for(chapter.session.run.run_id)
             floor = floor_ms(problem, ceilings, step_math(chapter, case))
-            row = {study.case_header: case, "Size": f"{size:,}", "Step": f"{chapter.step.number:02d} {slug}",
-                   "Unit": step_math(chapter, case),
+            row = {"Step": f"{chapter.step.number:02d} {slug}", study.case_header: case, "Size": f"{size:,}",
                    "Time": format_ms(mine["value"]),
                    "Speed-up vs baseline": f"{theirs['value'] / mine['value']:.1f}×" if theirs else "–",
                    "% of its floor": f"{floor / mine['value'] * 100:.1f} %" if floor else "–"}
             for v in dict.fromkeys(r["variant"] for r in found_vendor.records):
                 ref = find_record([r for r in found_vendor.records if r["variant"] == v], study.time_metric, case, size)
                 row[f"vs {v}"] = f"{ref['value'] / mine['value']:.2f}×" if ref else "–"
+            row["Timed by"] = TIMING_SHORT.get(mine.get("timing"), mine.get("timing") or "not recorded")
+            row["Unit"] = step_math(chapter, case)
+            row["Run"] = chapter.session.run.run_id
             rows.append(row)
     if found_vendor.found:
         runs.add(found_vendor.session.run.run_id)
     return pd.DataFrame(rows), sorted(runs)
 
 
+def _timing_caption(frame: pd.DataFrame) -> str:
+    from .measure import TIMING_WORDS
+
+    used = [k for k, short in TIMING_SHORT.items() if "Timed by" in frame and short in set(frame["Timed by"])]
+    mixed = len(used) > 1
+    return ((" Two timing methods meet in this table" if mixed else " Timed by") + ": "
+            + "; ".join(f"'{TIMING_SHORT[k]}' = {TIMING_WORDS[k]}" for k in used) + "."
+            + (" Graph replays leave out the launch cost that events around each call include, so compare "
+               "rows of one method first." if mixed else "")) if used else ""
+
+
 def leaderboard(study):
+    """One table per case (the study's cases are judged at different sizes), so that each fits the
+    reading width: the step, then what it is judged by."""
+    from IPython.display import display
+
     frame, runs = leaderboard_frame(study)
-    return styled(frame, f"{study.title}: every step at each case's largest recorded size (medians); '% of its "
-                         f"floor' uses the ceilings measured in the step's run and the rate of the unit it runs on (see "
-                         f"each profiles page); 'vs X' is X's time / the step's "
-                         f"(above 1: the step is faster). Runs: {', '.join(runs)}.")
+    if frame.empty:
+        return styled(pd.DataFrame({"": ["No step of this study is recorded yet."]}), study.title)
+    for case, part in frame.groupby(study.case_header, sort=False):
+        size = part["Size"].iloc[0]
+        display(styled(part.drop(columns=[study.case_header, "Size"]),
+                       f"{study.title}, {study.case_header.lower()} {case} at size {size}: every step (medians). "
+                       f"'% of its floor' uses the ceilings measured in the step's run and the rate of the unit it "
+                       f"runs on (see each profiles page); 'vs X' is X's time / the step's (above 1: the step is "
+                       f"faster).{_timing_caption(part)}"))
+    from IPython.display import Markdown
+
+    return Markdown(f"*Runs read: {', '.join(f'`{r}`' for r in runs)}.*")
 
 
 def step_chart(study):
@@ -164,11 +196,47 @@ def target_lines(study) -> list[str]:
     return lines
 
 
-def targets(study):
-    from IPython.display import Markdown
+#: Where a target's limit comes from when the study does not say (``source`` in ``targets()``).
+DEFAULT_TARGET_SOURCE = ("the project's goal for this study (set in its issue tracker; not a write-up's number), "
+                         "judged beside the floor and the library")
 
-    lines = target_lines(study)
-    return Markdown("\n".join(f"- {line}" for line in lines) if lines else "*This study sets no targets.*")
+
+def target_frame(study) -> pd.DataFrame:
+    """Each target defined where it is judged: its limit, where the limit comes from, the floor of
+    its case on this device (the FP32 floor, from the ceilings of the best step's run), the library,
+    and the fastest eligible step."""
+    rows = []
+    for t in evaluate_targets(study):
+        floor = None
+        if t["best"] is not None:
+            chapter = load_recorded(study, t["best"][0])
+            rec = find_record(chapter.records, study.time_metric, t["case"])
+            problem = study.problem(t["case"], rec["batch"])
+            floor = floor_ms(problem, ceilings_for(t["best"][2]), step_math(chapter, t["case"]))
+        slug, ms, run_id = t["best"] if t["best"] else ("–", None, "–")
+        rows.append({"Target": t["what"], "Limit": f"≤ {format_ms(t['limit_ms'])}",
+                     "Fastest eligible step": slug, "Its time": format_ms(ms),
+                     "Verdict": "–" if ms is None else ("met" if ms <= t["limit_ms"] else
+                                                          f"missed ({ms / t['limit_ms']:.2f}× the limit)"),
+                     "Its floor": format_ms(floor),
+                     "Library": f"{t['vendor']} {format_ms(t['vendor_ms'])}" if t.get("vendor") else "–",
+                     "Limit set by": t.get("source") or DEFAULT_TARGET_SOURCE, "Run": run_id})
+    return pd.DataFrame(rows)
+
+
+def targets(study):
+    frame = target_frame(study)
+    if frame.empty:
+        return styled(pd.DataFrame({"": [f"No target is declared for this study ({type(study).__name__}.targets() "
+                                         "is empty)."]}), f"{study.title}: targets")
+    sources = set(frame["Limit set by"])
+    source_note = ""
+    if len(sources) == 1:  # one source for every target: said once, in the caption
+        source_note = f" Every limit here is {sources.pop()}."
+        frame = frame.drop(columns=["Limit set by"])
+    return styled(frame, f"{study.title}: each target, where its limit comes from, and the numbers it is judged "
+                         "beside ('Its floor': the least time the case can take on this device at the rate of the "
+                         "step's unit, from the ceilings measured in the step's run)." + source_note)
 
 
 def banner(*studies):
