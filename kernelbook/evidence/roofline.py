@@ -91,6 +91,10 @@ _OFFSETS = ((5, 4), (5, -11), (-15, 4), (-15, -11), (5, 14), (-15, 14), (5, -21)
             (-24, -4), (5, 24), (-15, 24), (5, -31), (-15, -31))
 
 
+#: Okabe-Ito's yellow is a fill colour: its numbers are written in a darker shade of it.
+TEXT_COLOR = {"#F0E442": "#8F8500"}
+
+
 def step_style(i: int) -> tuple[str, str]:
     """(colour, marker) of the i-th step: no two of the first 64 share both."""
     return PALETTE[i % len(PALETTE)], STEP_MARKERS[(i // len(PALETTE) + i) % len(STEP_MARKERS)]
@@ -107,39 +111,45 @@ def roof_at(values: dict, metric: str, intensity: float) -> float | None:
 def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> list[str]:
     """Sentences for the points that sit above a roof that should bound them, and why they can.
 
-    ``maths`` maps a step to the arithmetic it runs on (``StepImpl.math``): an FP32 step above the
-    FP32 roof does fewer multiplications than the FLOP count its rate is computed from (Winograd);
-    a tensor-core step above the FP32 roof is where it should be and gets no note.
+    ``maths`` maps a step to the arithmetic it runs on (``StepImpl.math``). Above the flat roof of
+    its unit: an FP32 step does fewer multiplications than the FLOP count its rate is computed from
+    (Winograd); a tensor-core step above the FP32 roof is where it should be and gets no note.
+    Above the sloped roof: its DRAM traffic ran faster than the measured copy bandwidth, a
+    ``cudaMemcpy`` rate and not the DRAM's peak. A library row (no ``maths``) is judged against the
+    highest roof only.
     """
     values = ceilings.values if isinstance(ceilings, Ceilings) else dict(ceilings or {})
     maths = maths or {}
+    names = {m: n for m, n, _ in ROOFS}
+    unit_roof = {"fp32": "fp32_gflops", "fp16x2": "fp32_gflops", "tf32": "tf32_tensor_gflops",
+                 "3xtf32": "tf32_tensor_gflops", "fp16": "fp16_tensor_gflops", "3xfp16": "fp16_tensor_gflops"}
+    bandwidth = values.get("copy_gbs")
     notes = []
     for _, p in frame.iterrows():
-        if not (p["intensity"] and p["gflops"] and math.isfinite(p["intensity"])):
+        x, y = p["intensity"], p["gflops"]
+        if not (x and y and math.isfinite(x)):
             continue
+        who = f"{p['number']} ({p['variant']}, {p['layer']})"
         kind = maths.get(p["variant"])
-        roof_metric = {"fp32": "fp32_gflops", "fp16x2": "fp32_gflops", "tf32": "tf32_tensor_gflops",
-                       "3xtf32": "tf32_tensor_gflops", "fp16": "fp16_tensor_gflops",
-                       "3xfp16": "fp16_tensor_gflops"}.get(kind)
-        if roof_metric is None:  # a library row: it may use tensor cores or transforms; say so only above every roof
-            tops = [roof_at(values, m, p["intensity"]) for m, _, _ in ROOFS]
-            tops = [t for t in tops if t]
-            if tops and p["gflops"] > max(tops):
-                notes.append(f"{p['number']} ({p['variant']}, {p['layer']}) sits above every roof "
-                             f"({p['gflops']:,.0f} against {max(tops):,.0f} GFLOP/s): the library does fewer "
-                             "operations than the direct FLOP count its rate is computed from.")
+        metric = unit_roof.get(kind)
+        if metric is None:  # a library row, or a step whose unit is not known here
+            peaks = [values[m] for m, _, _ in ROOFS if values.get(m)]
+            if peaks and y > max(peaks):
+                notes.append(f"{who} sits above every flat roof ({y:,.0f} against {max(peaks):,.0f} GFLOP/s): "
+                             "it does fewer operations than the direct FLOP count its rate is computed from.")
             continue
-        roof = roof_at(values, roof_metric, p["intensity"])
-        if roof and p["gflops"] > roof:
-            name = dict((m, n) for m, n, _ in ROOFS)[roof_metric]
+        peak = values.get(metric)
+        if peak and y > peak:
             why = ("it does fewer multiplications than the direct convolution's FLOP count, from which every "
-                   "point's rate is computed (a Winograd transform trades multiplications for additions), "
-                   "so its rate is an effective one, not arithmetic above the device's" if kind in ("fp32", "fp16x2")
-                   else "its rate counts the problem's FLOPs, not the tensor-core operations it issued")
-            if p["bytes_source"] != "dram (ncu)" and roof < values.get(roof_metric, 0):
-                why += "; its intensity is an upper bound (fewest bytes), which can also place it under the slope"
-            notes.append(f"{p['number']} ({p['variant']}, {p['layer']}) sits above the {name} roof "
-                         f"({p['gflops']:,.0f} against {roof:,.0f} GFLOP/s at its intensity): {why}.")
+                   "point's rate is computed (a Winograd transform trades multiplications for additions), so "
+                   "its rate is an effective one, not arithmetic faster than the device's"
+                   if kind in ("fp32", "fp16x2") else
+                   "its rate counts the problem's FLOPs, not the tensor-core operations it issued")
+            notes.append(f"{who} sits above the {names[metric]} roof ({y:,.0f} against {peak:,.0f} GFLOP/s): {why}.")
+        elif bandwidth and y > bandwidth * x and p["bytes_source"] == "dram (ncu)":
+            notes.append(f"{who} sits above the bandwidth slope ({y:,.0f} against {bandwidth * x:,.0f} GFLOP/s at "
+                         "its intensity): its DRAM traffic, as Nsight Compute counted it, moved faster than the "
+                         "measured copy bandwidth, which is a cudaMemcpy rate and not the DRAM's peak.")
     return notes
 
 
@@ -152,7 +162,8 @@ def _label_points(ax, placed: list, points: list) -> None:
             if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
                 break
         placed.append(box)
-        ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=9, color=color,
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=10,
+                    color=TEXT_COLOR.get(color, color),
                     fontweight="bold")
 
 
@@ -169,9 +180,9 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     variants = list(dict.fromkeys(have["variant"])) if not have.empty else []
     notes = above_roofs(have, ceilings, maths) if not have.empty else []
     key_rows = (len(variants) + len(ROOFS) + 2 + 1) // 2
-    key_height = 0.22 * key_rows + 0.4  # inches under the panels for the key and the provenance line
+    key_height = 0.21 * key_rows + 0.4  # inches under the panels for the key and the provenance line
     height = 5.0 * len(cases) + key_height
-    fig, axes = plt.subplots(len(cases), 1, figsize=(9, height), dpi=110, squeeze=False)
+    fig, axes = plt.subplots(len(cases), 1, figsize=(7.5, height), dpi=110, squeeze=False)
     axes = [row[0] for row in axes]
     lo = min([0.1] + ([float(have["intensity"].min()) / 3] if not have.empty else []))
     bandwidth = values.get("copy_gbs")
@@ -219,7 +230,7 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
         ax.scatter([], [], marker=marker, color=color,
                    label=f"{have[have['variant'] == variant]['number'].iloc[0]} {variant}")
     ax.scatter([], [], marker="o", facecolors="none", edgecolors="0.3",
-               label="hollow: intensity from fewest bytes (no ncu DRAM bytes recorded)")
+               label="hollow: fewest bytes (no ncu DRAM bytes)")
     if not values:
         ax.text(0.5, 0.5, "device ceilings not recorded yet", transform=ax.transAxes, ha="center", color="tab:red")
     if have.empty:
@@ -227,7 +238,7 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     # The key below the last panel, two columns: it never covers a point and it stays legible when
     # the figure is shrunk to a phone's width.
     handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="lower left", ncol=2, bbox_to_anchor=(0.01, 0.3 / height),
+    fig.legend(handles, labels, fontsize=9, loc="lower left", ncol=2, bbox_to_anchor=(0.01, 0.3 / height),
                frameon=False)
     ceiling_note = (ceilings.short_label if isinstance(ceilings, Ceilings) else
                     ("given" if values else NOT_RECORDED))
