@@ -26,7 +26,7 @@ ARTICLE_PX = 800
 CHAR_PX = 7.0
 PAD_PX = 12.0
 KEY_HEADER = re.compile(r"^(This step|vs (previous|baseline)|speed-up|Speed-up|Time$|Its time|% of its floor|"
-                        r"Op 1 \+ Op 2|Verdict|Limit$|Value$)")
+                        r"Op Time [12]$|Op 1 \+ Op 2|Verdict|Limit$|Value$)")
 SEED = re.compile(r"\d{3}_[0-9a-f]{16}\.txt")
 #: What prose may call a metric, and the label its table row or column carries.
 METRIC_WORDS = {

@@ -19,9 +19,10 @@ def reported_table(step: str):
     frame = reported(step)
     if frame.empty:
         return message_table(f"No seed write-up reports the {step} step.", "Reported by the seeds")
+    # The times first, then where they come from: the seed's name and its label are long, and on a
+    # narrow page the Op Times must stay in view (tests/test_book.py's width rule).
     out = pd.DataFrame({
-        "Source (seed, GPU)": frame["seed"] + ", " + frame["gpu"],
-        "What": frame["seed_label"],
+        "Seed": frame["seed"].str.slice(0, 3),
         "Batch Size": frame["batch"],
         "Op Time 1": frame["op_time_1_ms"].map(_maybe_ms),
         "Op Time 2": frame["op_time_2_ms"].map(_maybe_ms),
@@ -29,6 +30,8 @@ def reported_table(step: str):
         "Layer Time 2": frame["layer_time_2_ms"].map(_maybe_ms),
         "Total Execution Time": frame["total_time_s"].map(lambda s: "–" if pd.isna(s) else f"{s:.3f} s"),
         "Accuracy": frame["accuracy"].map(lambda a: "–" if pd.isna(a) else f"{a:g}"),
+        "What": frame["seed_label"],
+        "Source (seed, GPU)": frame["seed"] + ", " + frame["gpu"],
     })
     if frame[["layer_time_1_ms", "layer_time_2_ms"]].isna().all().all():
         out = out.drop(columns=["Layer Time 1", "Layer Time 2"])
@@ -198,10 +201,10 @@ def reported_best(study):
         group = group[group["batch"] == group["batch"].max()]
         best = group.loc[group["total"].idxmin()]
         batches.append(int(best["batch"]))
-        rows.append({"Source": f"{seed} ({gpu}), reported", "Batch": f"{int(best['batch']):,}",
-                     "Step": f"{best['step']} ({best['seed_label']})",
+        rows.append({"Who": f"{seed[:3]}, reported", "Batch": f"{int(best['batch']):,}",
                      "Op 1 + Op 2": format_ms(best["total"]),
-                     "Op Time 1": format_ms(best["op_time_1_ms"]), "Op Time 2": format_ms(best["op_time_2_ms"])})
+                     "Op Time 1": format_ms(best["op_time_1_ms"]), "Op Time 2": format_ms(best["op_time_2_ms"]),
+                     "Step": f"{best['step']} ({best['seed_label']})", "Source": f"{seed} ({gpu})"})
     for batch in sorted(set(batches), reverse=True):
         ours = []
         for slug in study.steps.slugs():
@@ -213,11 +216,11 @@ def reported_best(study):
                 ours.append((ops[0]["value"] + ops[1]["value"], slug, ops, chapter))
         if ours:
             total, slug, ops, chapter = min(ours, key=lambda t: t[0])
-            rows.append({"Source": f"this book ({chapter.session.run.device}, run {chapter.session.run.run_id})",
-                         "Batch": f"{batch:,}", "Step": slug, "Op 1 + Op 2": format_ms(total),
-                         "Op Time 1": format_ms(ops[0]["value"]), "Op Time 2": format_ms(ops[1]["value"])})
+            rows.append({"Who": "this book", "Batch": f"{batch:,}", "Op 1 + Op 2": format_ms(total),
+                         "Op Time 1": format_ms(ops[0]["value"]), "Op Time 2": format_ms(ops[1]["value"]),
+                         "Step": slug, "Source": f"{chapter.session.run.device}, run {chapter.session.run.run_id}"})
         else:
-            rows.append({"Source": "this book", "Batch": f"{batch:,}", "Step": "–",
-                         "Op 1 + Op 2": f"batch {batch:,} not recorded yet (measured from the next recorded run on)",
-                         "Op Time 1": "–", "Op Time 2": "–"})
+            rows.append({"Who": "this book", "Batch": f"{batch:,}", "Op 1 + Op 2": "not recorded yet",
+                         "Op Time 1": "–", "Op Time 2": "–", "Step": "–",
+                         "Source": f"batch {batch:,} is measured from the next recorded run on"})
     return pd.DataFrame(rows)
