@@ -47,16 +47,18 @@ def record_value(records: list[dict], metric: str, layer: str, batch=ANY_BATCH) 
     return None if found is None else found["value"]
 
 
-def styled(frame: pd.DataFrame, caption: str):
+def styled(frame: pd.DataFrame, caption: str, wrap: bool = False):
     """A pandas Styler with a caption, index hidden (renders as an HTML table that scrolls sideways
-    on a narrow screen: see book/_static/kernelbook.css)."""
+    on a narrow screen: see book/_static/kernelbook.css). ``wrap``: cells of prose that may break
+    over lines (a table of facts, a message) instead of numbers that must not."""
+    classes = "kernelbook-table kernelbook-wrap" if wrap else "kernelbook-table"
     return (frame.style.hide(axis="index").set_caption(html.escape(caption))
-            .set_table_attributes('class="kernelbook-table"'))
+            .set_table_attributes(f'class="{classes}"'))
 
 
 def message_table(text: str, caption: str):
     """A one-cell table, where a table would stand if there were something to show."""
-    return styled(pd.DataFrame({"": [text]}), caption)
+    return styled(pd.DataFrame({"": [text]}), caption, wrap=True)
 
 
 def banner(recording):

@@ -143,7 +143,7 @@ def devices(study):
     if len(by_device) < 2:
         names = ", ".join(by_device) or "none"
         return styled(pd.DataFrame({"": [f"Only one device is recorded for this study ({names}); a run on another "
-                                         "device would appear here beside it."]}), "Devices")
+                                         "device would appear here beside it."]}), "Devices", wrap=True)
     keys = sorted({k for d in by_device.values() for k in d}, key=lambda k: (study.steps.slugs().index(k[0]), k[1], k[2]))
     rows = [{"Step": k[0], study.case_header: k[1], "Size": k[2],
              **{dev: format_ms(vals[k]) if k in vals else "–" for dev, vals in by_device.items()}} for k in keys]

@@ -25,6 +25,8 @@ ARTICLE_PX = 800
 #: Tables are set at 0.8 of a 16 px font: ~7 px per character, 0.45em of padding on each side.
 CHAR_PX = 7.0
 PAD_PX = 12.0
+#: Cells of a ``kernelbook-wrap`` table break over lines at 34em (book/_static/kernelbook.css).
+WRAP_CHARS = 60
 KEY_HEADER = re.compile(r"^(This step|vs (previous|baseline)|speed-up|Speed-up|Time$|Its time|% of its floor|"
                         r"Op Time [12]$|Op 1 \+ Op 2|Verdict|Limit$|Value$)")
 SEED = re.compile(r"\d{3}_[0-9a-f]{16}\.txt")
@@ -72,9 +74,11 @@ def table_columns(table) -> tuple[list[str], list[float]]:
     headers = rows[0]
     n = max(len(r) for r in rows)
     widths = [0.0] * n
+    wrap = "kernelbook-wrap" in (table.get("class") or [])
     for r in rows:
         for i, cell in enumerate(r):
-            widths[i] = max(widths[i], len(cell) * CHAR_PX + PAD_PX)
+            chars = min(len(cell), WRAP_CHARS) if wrap else len(cell)
+            widths[i] = max(widths[i], chars * CHAR_PX + PAD_PX)
     return headers + [""] * (n - len(headers)), widths
 
 

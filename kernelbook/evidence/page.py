@@ -169,5 +169,5 @@ def environment_tables(study, prefer: str | None, found_ceilings, found_vendor) 
         mine = vendor_session is not None and vendor_session.run.run_id == run_id
         column = _environment_column(run, found_vendor.parameters if mine else None)
         frame = pd.DataFrame({"Fact": list(column), "Value": list(column.values())})
-        tables.append(styled(frame, f"Environment of run {run_id} (read here for: {what})."))
+        tables.append(styled(frame, f"Environment of run {run_id} (read here for: {what}).", wrap=True))
     return tables
