@@ -118,10 +118,14 @@ class Chapter(session_mod.RecordingView):
                        "nvcc installed where the table was made, the profiled one from NVRTC at run time (the "
                        "CUDA runtime the manifest names), and two compilers, or two versions of one, allocate "
                        "registers differently; what was recorded does not say more than that")
-            notes.append(f"**Registers of `{k.get('kernel')}` ({case}): ptxas {a:.0f}, Nsight Compute {b:.0f}.** "
-                         f"Both count registers per thread of one build; here {why}. What the profiler tables "
-                         f"show (occupancy included) follows from Nsight Compute's {b:.0f}.")
-        return notes
+            notes.append(((k.get("kernel"), a, b, why), case))
+        grouped: dict = {}
+        for key, case in notes:  # one sentence per kernel and pair of counts, naming every case it holds for
+            grouped.setdefault(key, []).append(case)
+        return [f"**Registers of `{kernel}` ({', '.join(cases)}): ptxas {a:.0f}, Nsight Compute {b:.0f}.** "
+                f"Both count registers per thread of one build; here {why}. What the profiler tables show "
+                f"(occupancy included) follows from Nsight Compute's {b:.0f}."
+                for (kernel, a, b, why), cases in grouped.items()]
     def correctness(self):
         from .report import check_table
 

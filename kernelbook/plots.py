@@ -91,7 +91,8 @@ def step_deltas(steps: dict):
     source = (current.recording.short_label if len(runs) <= 1 else
               "; ".join(f"{name.split(':')[0]}: run {ch.session.run.run_id}" for name, ch in steps.items()))
     fig.suptitle(f"{current.variant} against the baseline and the previous step\n{source}", fontsize=10)
-    fig.tight_layout(rect=(0, 0.04 + 0.35 * len(labels) / (2.9 * nrows + 1.2), 1, 0.95))
+    height = 2.9 * nrows + 1.2
+    fig.tight_layout(rect=(0, (0.2 * len(labels) + 0.15) / height, 1, 1 - 0.55 / height))
     return fig
 
 
