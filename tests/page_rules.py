@@ -44,7 +44,7 @@ METRIC_WORDS = {
 }
 UNIT = r"(ms|µs|s|GFLOP/s|TFLOP/s|GB/s|%|×)"
 #: A number and its unit; "×" only as a ratio ("2.4×"), not as a dimension ("5 × 5", "2×2").
-NUMBER_WITH_UNIT = re.compile(r"(?<![\w.×])(\d[\d,]*(?:\.\d+)?)\s?" + UNIT + r"(?![\w/])(?!\s?(\d|[A-Z]\b))")
+NUMBER_WITH_UNIT = re.compile(r"(?<![\w.×])(\d[\d,]*(?:\.\d+)?)\s?" + UNIT + r"(?![\w/])(?!\s?(?:\d|[A-Z]\b))")
 TO_MS = {"s": 1000.0, "ms": 1.0, "µs": 1e-3}
 
 

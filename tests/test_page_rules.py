@@ -46,3 +46,8 @@ def test_a_typed_number_is_found_unless_the_page_shows_it():
     assert not typed_numbers(page("<p>It takes 2.229 ms.</p>" + shown))
     assert not typed_numbers(page("<p>It takes 2,229 µs.</p>" + shown))       # the same time, other unit
     assert not typed_numbers(page("<p>Seed 003_4c82151979bc1aa8.txt reports 28.4993 ms.</p>" + shown))
+
+
+def test_dimensions_are_not_ratios():
+    assert not typed_numbers(page("<p>A 5 × 5 window over a 71 × N matrix, tiles of 2×2.</p>"))
+    assert typed_numbers(page("<p>It is 2.4× faster.</p>"))
