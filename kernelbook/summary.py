@@ -15,7 +15,7 @@ from .chapter import load_recorded
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
 from .evidence.vendor import vendor
-from .report import find_record, format_ms, styled
+from .report import ANY_BATCH, find_record, format_ms, styled
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 
@@ -160,21 +160,33 @@ def reported_best(study):
                          "fastest step at the same size.")
 
 
+def _summed(records: list[dict], metric: str, cases, size) -> float | None:
+    """The sum of ``metric`` over ``cases`` at ``size`` (any size when None); None if one is missing."""
+    from .report import ANY_BATCH
+
+    found = [find_record(records, metric, c, ANY_BATCH if size is None else size) for c in cases]
+    return None if any(f is None or f["value"] is None for f in found) else sum(f["value"] for f in found)
+
+
 def evaluate_targets(study) -> list[dict]:
-    """Each of the study's targets against its fastest eligible recorded step (and the library)."""
+    """Each of the study's targets against its fastest eligible recorded step (and the library).
+
+    A target names one ``case``, or several ``cases`` whose times add up (LeNet's Op Time 1 + Op
+    Time 2), and optionally the ``size`` it is judged at."""
     found_vendor = vendor(study, "replay")
     out = []
     for target in study.targets():
+        cases, size = target.get("cases") or [target["case"]], target.get("size")
         best = None
         for slug in target["steps"]:
             chapter = load_recorded(study, slug)
-            rec = (find_record(chapter.records, study.time_metric, target["case"])
-                   if chapter is not None and chapter.correct else None)
-            if rec is not None and (best is None or rec["value"] < best[1]):
-                best = (slug, rec["value"], chapter.session.run.run_id)
-        ref = (find_record([r for r in found_vendor.records if r["variant"] == target["vendor"]], study.time_metric,
-                           target["case"]) if target.get("vendor") else None)
-        out.append({**target, "best": best, "vendor_ms": ref["value"] if ref else None})
+            value = (_summed(chapter.records, study.time_metric, cases, size)
+                     if chapter is not None and chapter.correct else None)
+            if value is not None and (best is None or value < best[1]):
+                best = (slug, value, chapter.session.run.run_id)
+        ref = (_summed([r for r in found_vendor.records if r["variant"] == target["vendor"]], study.time_metric,
+                       cases, size) if target.get("vendor") else None)
+        out.append({**target, "best": best, "vendor_ms": ref})
     return out
 
 
@@ -210,9 +222,13 @@ def target_frame(study) -> pd.DataFrame:
         floor = None
         if t["best"] is not None:
             chapter = load_recorded(study, t["best"][0])
-            rec = find_record(chapter.records, study.time_metric, t["case"])
-            problem = study.problem(t["case"], rec["batch"])
-            floor = floor_ms(problem, ceilings_for(t["best"][2]), step_math(chapter, t["case"]))
+            floors = []
+            for case in t.get("cases") or [t["case"]]:
+                rec = find_record(chapter.records, study.time_metric, case,
+                                  t["size"] if t.get("size") else ANY_BATCH)
+                floors.append(floor_ms(study.problem(case, rec["batch"]), ceilings_for(t["best"][2]),
+                                       step_math(chapter, case)))
+            floor = None if None in floors else sum(floors)
         slug, ms, run_id = t["best"] if t["best"] else ("–", None, "–")
         rows.append({"Target": t["what"], "Limit": f"≤ {format_ms(t['limit_ms'])}",
                      "Fastest eligible step": slug, "Its time": format_ms(ms),

@@ -58,6 +58,13 @@ class LeNetStudy(Study):
     def problem(self, case: str, size: int):
         return layer_shape(case, size)
 
+    def targets(self) -> list[dict]:
+        """The study's goal as a target the summary judges: Op Time 1 + Op Time 2 at GOAL_BATCH
+        images, for the steps built to reach it (FP32-accurate), beside cuDNN FP32."""
+        return [{"what": f"Op Time 1 + Op Time 2 at batch {GOAL_BATCH:,}, FP32-accurate (and at least "
+                         f"{GOAL_VS_CUDNN:g}× faster than cuDNN FP32)", "case": "C1 + C3", "cases": ["C1", "C3"],
+                 "size": GOAL_BATCH, "limit_ms": GOAL_MS, "steps": list(GOAL_STEPS), "vendor": "cudnn"}]
+
     def options(self, weights_path=None) -> dict:
         return {"weights": P.optional_path("weights_path", weights_path) or DEFAULT_WEIGHTS}
 
