@@ -230,11 +230,11 @@ def target_frame(study) -> pd.DataFrame:
                                        step_math(chapter, case)))
             floor = None if None in floors else sum(floors)
         slug, ms, run_id = t["best"] if t["best"] else ("–", None, "–")
-        rows.append({"Target": t["what"], "Limit": f"≤ {format_ms(t['limit_ms'])}",
-                     "Fastest eligible step": slug, "Its time": format_ms(ms),
+        rows.append({"Target": t["what"],
                      "Verdict": "–" if ms is None else ("met" if ms <= t["limit_ms"] else
                                                           f"missed ({ms / t['limit_ms']:.2f}× the limit)"),
-                     "Its floor": format_ms(floor),
+                     "Its time": format_ms(ms), "Limit": f"≤ {format_ms(t['limit_ms'])}",
+                     "Fastest eligible step": slug, "Its floor": format_ms(floor),
                      "Library": f"{t['vendor']} {format_ms(t['vendor_ms'])}" if t.get("vendor") else "–",
                      "Limit set by": t.get("source") or DEFAULT_TARGET_SOURCE, "Run": run_id})
     return pd.DataFrame(rows)
@@ -250,7 +250,7 @@ def targets(study):
     if len(sources) == 1:  # one source for every target: said once, in the caption
         source_note = f" Every limit here is {sources.pop()}."
         frame = frame.drop(columns=["Limit set by"])
-    return styled(frame, f"{study.title}: each target, where its limit comes from, and the numbers it is judged "
+    return styled(frame, wrap=True, caption=f"{study.title}: each target, where its limit comes from, and the numbers it is judged "
                          "beside ('Its floor': the least time the case can take on this device at the rate of the "
                          "step's unit, from the ceilings measured in the step's run)." + source_note)
 
