@@ -35,13 +35,20 @@ class ProfilesPage:
         return roofline.points(self.study, size, self.prefer, self.found_vendor)
 
     def maths(self) -> dict:
-        """Each step's arithmetic (``StepImpl.math``), for the notes on points above a roof."""
+        """Each step's arithmetic per case ((step, case) -> ``math_for`` of its recorded parameters),
+        for the notes on points above a roof: one step may run its cases on different units."""
+        from ..chapter import load_recorded
+
         out = {}
         for slug in self.study.steps.slugs():
-            try:
-                out[slug] = self.study.impl(slug).math
-            except Exception:  # a step whose implementation cannot be built here: no note for it
+            chapter = load_recorded(self.study, slug, prefer_run=self.prefer)
+            if chapter is None:
                 continue
+            for case in self.study.cases:
+                try:
+                    out[(slug, case)] = floor.step_math(chapter, case)
+                except Exception:  # a step whose parameters cannot be rebuilt here: no note for it
+                    continue
         return out
 
     def roofline(self, size: int | None = None):

@@ -87,8 +87,9 @@ def points(study, size: int | None = None, prefer_run: str | None = None, found_
 #: two of a study's steps (18 at most today) or its library rows share a look.
 STEP_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 #: Offsets (points) tried in turn for a point's number, so that no two numbers overlap.
-_OFFSETS = ((5, 4), (5, -11), (-15, 4), (-15, -11), (5, 14), (-15, 14), (5, -21), (-15, -21), (14, -4),
-            (-24, -4), (5, 24), (-15, 24), (5, -31), (-15, -31))
+_OFFSETS = tuple((dx, dy) for ring in range(6) for dx, dy in
+                 ((6, 3 + 11 * ring), (6, -12 - 11 * ring), (-22, 3 + 11 * ring), (-22, -12 - 11 * ring))) + (
+    (30, -4), (-46, -4))
 
 
 #: Okabe-Ito's yellow is a fill colour: its numbers are written in a darker shade of it.
@@ -111,7 +112,7 @@ def roof_at(values: dict, metric: str, intensity: float) -> float | None:
 def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> list[str]:
     """Sentences for the points that sit above a roof that should bound them, and why they can.
 
-    ``maths`` maps a step to the arithmetic it runs on (``StepImpl.math``). Above the flat roof of
+    ``maths`` maps a step, or (step, case), to the arithmetic it runs on (``StepImpl.math_for``). Above the flat roof of
     its unit: an FP32 step does fewer multiplications than the FLOP count its rate is computed from
     (Winograd); a tensor-core step above the FP32 roof is where it should be and gets no note.
     Above the sloped roof: its DRAM traffic ran faster than the measured copy bandwidth, a
@@ -130,7 +131,7 @@ def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> lis
         if not (x and y and math.isfinite(x)):
             continue
         who = f"{p['number']} ({p['variant']}, {p['layer']})"
-        kind = maths.get(p["variant"])
+        kind = maths.get((p["variant"], p["layer"]), maths.get(p["variant"]))
         metric = unit_roof.get(kind)
         if metric is None:  # a library row, or a step whose unit is not known here
             peaks = [values[m] for m, _, _ in ROOFS if values.get(m)]
@@ -153,18 +154,21 @@ def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> lis
     return notes
 
 
-def _label_points(ax, placed: list, points: list) -> None:
-    """Write each point's number at the first offset whose box overlaps no number already written."""
-    for x, y, text, color in points:
-        px, py = ax.transData.transform((x, y))
+def _label_points(ax, points: list) -> None:
+    """Write each point's number at the first offset whose box overlaps no marker and no number
+    already written (display pixels, so call it once the figure's layout is final)."""
+    scale = ax.figure.dpi / 72.0
+    where = [ax.transData.transform((x, y)) for x, y, _, _ in points]
+    placed = [(px - 5 * scale, py - 5 * scale, px + 5 * scale, py + 5 * scale) for px, py in where]  # the markers
+    for (x, y, text, color), (px, py) in zip(points, where):
+        width, height = 6.2 * scale * len(text), 9 * scale
         for dx, dy in _OFFSETS:
-            box = (px + dx * 1.5, py + dy * 1.5, px + dx * 1.5 + 10 * 1.5 * len(text) / 2, py + dy * 1.5 + 9 * 1.5)
+            box = (px + dx * scale, py + dy * scale, px + dx * scale + width, py + dy * scale + height)
             if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
                 break
         placed.append(box)
         ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=10,
-                    color=TEXT_COLOR.get(color, color),
-                    fontweight="bold")
+                    color=TEXT_COLOR.get(color, color), fontweight="bold")
 
 
 def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_now: bool | None = None,
@@ -180,7 +184,7 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     variants = list(dict.fromkeys(have["variant"])) if not have.empty else []
     notes = above_roofs(have, ceilings, maths) if not have.empty else []
     key_rows = (len(variants) + len(ROOFS) + 2 + 1) // 2
-    key_height = 0.21 * key_rows + 0.4  # inches under the panels for the key and the provenance line
+    key_height = 0.21 * key_rows + 0.55  # inches under the panels for the key and the provenance line
     height = 5.0 * len(cases) + key_height
     fig, axes = plt.subplots(len(cases), 1, figsize=(7.5, height), dpi=110, squeeze=False)
     axes = [row[0] for row in axes]
@@ -193,6 +197,7 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     heights += [v for m, _, _ in ROOFS if (v := values.get(m))] + ([bandwidth * lo] if bandwidth else [])
     styles = {v: step_style(i) for i, v in enumerate(variants)}
     batch = int(have["batch"].iloc[0]) if not have.empty else 0
+    labels_of: dict = {}
     for ax, case in zip(axes, cases):
         if bandwidth:
             ax.plot(xs, [bandwidth * x for x in xs], color="0.6", lw=0.8, ls="-.",
@@ -215,9 +220,8 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
                 hollow = p["bytes_source"] != "dram (ncu)"
                 ax.scatter([p["intensity"]], [p["gflops"]], s=70, marker=marker,
                            facecolors="none" if hollow else color, edgecolors=color, linewidths=1.6, zorder=3)
-        placed: list = []
-        _label_points(ax, placed, [(p["intensity"], p["gflops"], str(p["number"]), styles[p["variant"]][0])
-                                   for _, p in mine.sort_values("gflops", ascending=False).iterrows()])
+        labels_of[id(ax)] = [(p["intensity"], p["gflops"], str(p["number"]), styles[p["variant"]][0])
+                             for _, p in mine.sort_values("gflops", ascending=False).iterrows()]
         ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
         ax.set_ylabel("achieved GFLOP/s (FLOPs / op time)")
         where = f"case {case}" if case is not None else ""
@@ -249,10 +253,14 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     runs = sorted({r for r in have["run_id"] if isinstance(r, str)}) if not have.empty else []
     points_note = ("points measured in this run" if measured_now else
                    f"points REPLAYED from run(s) {', '.join(runs)}" if not have.empty else "no points")
-    fig.text(0.01, 0.005, f"ceilings: {ceiling_note}; {points_note}", fontsize=8,
+    import textwrap
+
+    fig.text(0.01, 0.005, textwrap.fill(f"ceilings: {ceiling_note}; {points_note}", 130), fontsize=8,
              color="0.35" if measured_now else "tab:red")
     fig.roof_notes = notes  # the page prints them under the figure (``above_roof_note``)
     fig.tight_layout(rect=(0, key_height / height, 1, 1))
+    for ax in axes:  # the numbers last, in the final layout, so that their boxes are where they are drawn
+        _label_points(ax, labels_of.get(id(ax), []))
     return fig
 
 
