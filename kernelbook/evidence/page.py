@@ -56,7 +56,7 @@ class ProfilesPage:
 
         frame = self.points(size)
         where = (f"at {self.study.size_header.lower()} {size or self.study.profile_size}"
-                 if self.study.rows != "cases" else "for each case")
+                 if self.study.rows != "cases" else "each case at its own size")
         fig = roofline.roofline(frame, self.found_ceilings, title=f"Roofline: {self.study.title}, {where}",
                                 maths=self.maths())
         display(fig)
