@@ -127,9 +127,10 @@ def _environment_column(run, vendor_parameters: dict | None) -> dict:
     dev, soft = m.get("device") or {}, m.get("software") or {}
     env = m.get("environment") or {}
     libs = ", ".join(f"{k} {v}" for k, v in sorted(soft.items())) or NOT_RECORDED
-    vendor_text = (vendor_parameters or {}).get("torch") or soft.get("torch") or NOT_RECORDED
+    vendor_text = ((vendor_parameters or {}).get("library") or (vendor_parameters or {}).get("torch")
+                   or (f"PyTorch {soft['torch']}, cuDNN {soft.get('cudnn', '?')}" if soft.get("torch") else NOT_RECORDED))
     clock = dev.get("clock_khz")
-    clocks = env.get("clocks") or (f"not locked (as found); {clock / 1e6:.2f} GHz maximum SM clock"
+    clocks = env.get("clocks") or (f"{NOT_RECORDED} (the device's maximum SM clock: {clock / 1e6:.2f} GHz)"
                                    if clock else NOT_RECORDED)
     return {
         "Device": f"{dev.get('name', NOT_RECORDED)} (compute capability {dev.get('compute_capability', '?')}, "
@@ -174,7 +175,7 @@ def environment_tables(study, prefer: str | None, found_ceilings, found_vendor) 
     tables = []
     for run_id, (run, what) in runs.items():
         mine = vendor_session is not None and vendor_session.run.run_id == run_id
-        column = _environment_column(run, found_vendor.parameters if mine else None)
+        column = _environment_column(run, {**found_vendor.parameters, **found_vendor.extra} if mine else None)
         frame = pd.DataFrame({"Fact": list(column), "Value": list(column.values())})
         tables.append(styled(frame, f"Environment of run {run_id} (read here for: {what}).", wrap=True))
     return tables
