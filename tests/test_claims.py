@@ -128,3 +128,29 @@ def test_every_degree_word_is_checked_by_a_claim(page, words, paragraph):
 def test_the_degree_finder_sees_adjectives():
     assert PROSE_DEGREE.search("the tensor pipe is much busier") and PROSE_DEGREE.search("slightly slower at 5x5")
     assert not PROSE_DEGREE.search("slower than the sweep")
+
+
+NO_CLAIM = re.compile(r"<!-- no-claim: .+? -->")
+
+
+def comparisons():
+    """Every paragraph of prose that says one thing is faster or slower than another."""
+    out = []
+    for path in _pages():
+        for paragraph in re.split(r"\n\s*\n", path.read_text()):
+            if paragraph.lstrip().startswith(("```", ":tags:")) or "*Prediction.*" in paragraph:
+                continue
+            prose = re.sub(r"<!--.*?-->", " ", paragraph, flags=re.S)
+            if re.search(r"\b(faster|slower)\b", prose) and not re.search(r"\d{3}_[0-9a-f]{16}\.txt", prose):
+                out.append(pytest.param(paragraph, id=f"{path.stem}:{prose.strip()[:30]}"))
+    return out
+
+
+@pytest.mark.parametrize("paragraph", comparisons())
+def test_every_faster_or_slower_is_checked_or_says_why_not(paragraph):
+    """A paragraph that compares speeds carries a claim the records check, or a ``no-claim`` note
+    saying why no record can (a general fact, development runs that were not recorded…). Paragraphs
+    quoting a write-up are checked by tests/test_quotes.py instead."""
+    assert CLAIM.search(paragraph) or NO_CLAIM.search(paragraph), (
+        "a speed comparison with no <!-- claim: … --> and no <!-- no-claim: why --> beside it: "
+        + paragraph.strip()[:200])
