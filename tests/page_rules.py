@@ -73,6 +73,8 @@ def table_columns(table) -> tuple[list[str], list[float]]:
     if not rows:
         return [], []
     headers = rows[0]
+    if table.find("thead") is not None:  # header cells wrap between words (kernelbook.css): their longest word counts
+        rows = [[max(h.split(), key=len, default="") for h in headers]] + rows[1:]
     n = max(len(r) for r in rows)
     widths = [0.0] * n
     wrap = "kernelbook-wrap" in (table.get("class") or [])
