@@ -377,6 +377,9 @@ def test_comparison_shows_change_against_previous_and_baseline(results_root, no_
 def test_change_formatting():
     assert ncu.change(150.0, 100.0) == "+50.0 %"
     assert ncu.change(None, 1.0) == "–" and ncu.change(1.0, 0.0) == "–"
+    # a base near zero: a factor, never "+68257.1 %"
+    assert ncu.change(6.8, 0.00996) == "×683" and ncu.change(0.5, 0.1) == "+400.0 %"
+    assert ncu.change(0.01, 6.8) == "÷680" and ncu.change(1.0, 4.0) == "-75.0 %"
     assert ncu.format_metric("dram_bytes", 31457280) == "31.5 MB"
     assert ncu.format_metric("duration_ms", 0.1205) == "120.5 µs"
 
