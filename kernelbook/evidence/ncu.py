@@ -315,6 +315,10 @@ def show_chapter(chapter, profile: bool = True, size: int | None = None) -> sess
     return evidence
 
 
+#: The most steps one overview table holds before it is split.
+OVERVIEW_STEPS = 6
+
+
 def ncu_overview(study, variants: Iterable[str] | None = None, prefer_run: str | None = None,
                  metrics: Iterable[str] = COMPARED):
     """Every recorded step's metrics side by side: rows (layer, metric), a column per step.
@@ -345,5 +349,21 @@ def ncu_overview(study, variants: Iterable[str] | None = None, prefer_run: str |
         rows.append(row)
     labels = "; ".join(f"{v}: {f[0].short_label}" for v, f in recorded.items())
     missing = f" Not recorded yet: {', '.join(absent)}." if absent else ""
-    return styled(pd.DataFrame(rows), f"Nsight Compute metrics of every profiled step (each from its newest "
-                                       f"recording{' or run ' + prefer_run if prefer_run else ''}).{missing} {labels}")
+    frame = pd.DataFrame(rows)
+    caption = (f"Nsight Compute metrics of every profiled step (each from its newest "
+               f"recording{' or run ' + prefer_run if prefer_run else ''}).{missing} {labels}")
+    names = list(recorded)
+    if len(names) <= OVERVIEW_STEPS:
+        return styled(frame, caption, wrap=True)  # the stall lists wrap, the numbers stay whole
+    # Split: at most OVERVIEW_STEPS steps a table, so that each fits the reading width (one table
+    # a step a column would be 18 columns wide); every part keeps the case and metric columns.
+    from IPython.display import display
+
+    parts = [names[i:i + OVERVIEW_STEPS] for i in range(0, len(names), OVERVIEW_STEPS)]
+    for n, part in enumerate(parts, start=1):
+        table = styled(frame[[study.case_header, "Metric", *part]],
+                       f"Part {n} of {len(parts)}: steps {part[0]} to {part[-1]}. " + (caption if n == 1 else ""),
+                       wrap=True)
+        if n < len(parts):
+            display(table)
+    return table
