@@ -72,10 +72,61 @@ class Chapter(session_mod.RecordingView):
         return show_source(self.step.source, start)
 
     def compiler(self):
+        """The ptxas/SASS table and, where Nsight Compute counted other register numbers for the
+        same kernels, a note saying which build each number belongs to."""
+        from IPython.display import Markdown, display
+
         from .evidence import compiler
 
-        return compiler.table(compiler.for_chapter(self), self)
+        found = compiler.for_chapter(self)
+        notes = self.register_notes(found)
+        if notes:
+            display(compiler.table(found, self))
+            return Markdown("\n".join(f"- {n}" for n in notes))
+        return compiler.table(found, self)
 
+    def register_notes(self, compiled) -> list[str]:
+        """Sentences for each kernel whose ptxas register count differs from Nsight Compute's, and why:
+        the compiler table builds each case for a one-item problem with nvcc, the timed and profiled
+        kernels are built at run time by NVRTC for the size launched."""
+        from .evidence.ncu import load_ncu
+
+        profiled = load_ncu(self.study, self.variant, prefer_run=self.session.run.run_id)
+        if not (compiled.found and profiled.found):
+            return []
+        ptxas = {(r.get("kernel"), r["layer"]): r["value"] for r in compiled.records if r["metric"] == "registers"}
+        impl = self.study.impl(self.variant)
+        size = profiled.extra.get("batch") or self.study.profile_size
+        notes = []
+        for k in profiled.extra.get("kernels") or []:
+            case = k.get("layer")
+            a, b = ptxas.get((k.get("kernel"), case)), k.get("registers_per_thread")
+            if a is None or b is None or a == b or case not in self.study.cases:
+                continue
+            params = impl.params(**self.case_params().get(case, {}))
+            try:
+                one = impl.defines(params, self.study.problem(case, 1))
+                launched = impl.defines(params, self.study.problem(case, size))
+            except Exception:  # a step whose defines cannot be derived here: say only what is known
+                one = launched = None
+            if one is not None and one != launched:
+                changed = sorted(k2 for k2 in set(one) | set(launched) if one.get(k2) != launched.get(k2))
+                why = (f"the build depends on the size: the compiler table's build (one item) and the profiled "
+                       f"launch's (size {size:,}) differ in {', '.join(f'`{c}`' for c in changed)}, so they are two "
+                       "builds of one kernel")
+            else:
+                why = ("the parameters and defines are the same, but the compiler table's build comes from the "
+                       "nvcc installed where the table was made, the profiled one from NVRTC at run time (the "
+                       "CUDA runtime the manifest names), and two compilers, or two versions of one, allocate "
+                       "registers differently; what was recorded does not say more than that")
+            notes.append(((k.get("kernel"), a, b, why), case))
+        grouped: dict = {}
+        for key, case in notes:  # one sentence per kernel and pair of counts, naming every case it holds for
+            grouped.setdefault(key, []).append(case)
+        return [f"**Registers of `{kernel}` ({', '.join(cases)}): ptxas {a:.0f}, Nsight Compute {b:.0f}.** "
+                f"Both count registers per thread of one build; here {why}. What the profiler tables show "
+                f"(occupancy included) follows from Nsight Compute's {b:.0f}."
+                for (kernel, a, b, why), cases in grouped.items()]
     def correctness(self):
         from .report import check_table
 

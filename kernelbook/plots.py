@@ -9,14 +9,29 @@ import matplotlib.pyplot as plt
 
 from .report import throughput
 
-matplotlib.rcParams["figure.dpi"] = 110
-matplotlib.rcParams["savefig.dpi"] = 220
-try:  # 2x PNGs in the executed notebooks, sharp on high-density screens
-    from matplotlib_inline.backend_inline import set_matplotlib_formats
+FIGURE_DPI = 200  # pixels per inch of the PNGs in the book: sharp at twice the reading width
 
-    set_matplotlib_formats("retina")
-except ImportError:  # outside Jupyter: nothing to configure
-    pass
+
+def configure_figures() -> None:
+    """PNG figures at ``FIGURE_DPI`` with no size metadata.
+
+    IPython's "retina" format tags each PNG with a display width and height, which Jupyter Book
+    turns into an inline ``style="width:…px;height:…px"`` on the image; that inline size beats the
+    stylesheet, so a figure shrunk to the column kept its height and drew distorted. A plain PNG
+    carries no size: the stylesheet scales it to the column (``max-width: 100%; height: auto``)
+    and it keeps its aspect ratio at every width (tests/test_book.py reads the built HTML for it).
+    """
+    matplotlib.rcParams["figure.dpi"] = 110
+    matplotlib.rcParams["savefig.dpi"] = FIGURE_DPI
+    try:
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+        set_matplotlib_formats("png", dpi=FIGURE_DPI)
+    except Exception:  # outside Jupyter/IPython: nothing to configure
+        pass
+
+
+configure_figures()
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 CASE_COLORS = {"C1": PALETTE[0], "C3": PALETTE[1]}
 
@@ -51,31 +66,42 @@ def step_deltas(steps: dict):
     measured = {c for f in groups.values() for c in f.get("layer", [])}
     cases = [c for c in current.study.cases if c in measured] or list(current.study.cases[:1])
     batches = sorted({b for f in groups.values() for b in f.get("batch", [])})
-    fig, axes = plt.subplots(len(cases), 3, figsize=(12, 3.2 * len(cases)), squeeze=False)
     columns = (("op_time_ms", "time (ms, log)"), ("gflops", "GFLOP/s"), ("gbytes_per_s", "GB/s (fewest bytes)"))
-    for row, layer in enumerate(cases):
+    panels = [(layer, column, title) for layer in cases for column, title in columns]
+    # Two panels a row, 7 inches wide with 10-12 pt text: legible at the reading width and, shrunk
+    # to a phone's 400 px, still readable (three panels a row were not).
+    ncols = 2
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(7, 2.9 * nrows + 1.2), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax, (layer, column, title) in zip(flat, panels):
         mine = sorted({b for f in groups.values() for b in f[f["layer"] == layer]["batch"]}) or batches
-        for col, (column, title) in enumerate(columns):
-            ax = axes[row][col]
-            drawn = _bars(ax, groups, mine, layer, column) if groups else False
-            if column == "op_time_ms" and drawn:
-                ax.set_yscale("log")
-            ax.set_title(f"{layer}: {title}", fontsize=10)
-            ax.set_xlabel(current.study.size_header.lower())
-            ax.grid(True, axis="y", alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
+        drawn = _bars(ax, groups, mine, layer, column) if groups else False
+        if column == "op_time_ms" and drawn:
+            ax.set_yscale("log")
+        ax.set_title(f"{layer}: {title}", fontsize=11)
+        ax.set_xlabel(current.study.size_header.lower(), fontsize=10)
+        ax.tick_params(labelsize=9)
+        ax.grid(True, axis="y", alpha=0.3)
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
+    handles, labels = flat[0].get_legend_handles_labels()
     if handles:  # one legend for the figure, below the plots: it never covers a bar
-        fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(labels), bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle(f"{current.variant} against the baseline and the previous step\n{current.recording.short_label}",
-                 fontsize=10, parse_math=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+        fig.legend(handles, labels, fontsize=9, loc="lower center", ncol=1, bbox_to_anchor=(0.5, 0.0), frameon=False)
+    runs = {ch.session.run.run_id for ch in steps.values() if ch.session is not None}
+    source = (current.recording.short_label if len(runs) <= 1 else
+              "; ".join(f"{name.split(':')[0]}: run {ch.session.run.run_id}" for name, ch in steps.items()))
+    fig.suptitle(f"{current.variant} against the baseline and the previous step\n{source}", fontsize=10,
+                 parse_math=False)
+    height = 2.9 * nrows + 1.2
+    fig.tight_layout(rect=(0, (0.2 * len(labels) + 0.15) / height, 1, 1 - 0.55 / height))
     return fig
 
 
 def time_per_image(steps: dict):
     """Op time per image against batch size: fixed costs show as lines falling with the batch."""
     cases = list(steps.values())[-1].study.cases
-    fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(cases), figsize=(3.6 * len(cases), 3.6), squeeze=False)
     axes = axes[0]
     current = list(steps.values())[-1]
     for ax, layer in zip(axes, current.study.cases):

@@ -35,6 +35,14 @@ def git_commit() -> str:
 
 def software_versions() -> dict:
     versions = {"python": platform.python_version()}
+    torch = sys.modules.get("torch")  # only when a page already imported it (importing it is slow)
+    if torch is not None:
+        versions["torch"] = getattr(torch, "__version__", "?")
+        try:
+            versions["cudnn"] = str(torch.backends.cudnn.version())
+            versions["torch_cuda"] = str(torch.version.cuda)
+        except Exception:
+            pass
     for module in ("numpy", "cupy", "pandas"):
         mod = sys.modules.get(module)
         if mod is None:
@@ -55,4 +63,8 @@ def manifest_fields(device: dict, parameters: dict | None = None) -> dict:
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "parameters": parameters or {},
+        # How the timings ran, for the profiles pages' "Environment" section: nothing locks the
+        # clocks and nothing flushes L2 between the timed launches of one measurement.
+        "environment": {"clocks": "not locked: the GPU's own boost behaviour (ncu --clock-control none)",
+                        "l2_state": "warm: repeats run back to back, L2 not flushed between them"},
     }

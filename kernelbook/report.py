@@ -9,6 +9,7 @@ numbers were timed (CUDA-graph replays, events, a host-bound loop) in a footnote
 from __future__ import annotations
 
 
+import html
 import re
 
 import pandas as pd
@@ -49,18 +50,20 @@ def record_value(records: list[dict], metric: str, layer: str, batch=ANY_BATCH) 
     return None if found is None else found["value"]
 
 
-def styled(frame: pd.DataFrame, caption: str):
+def styled(frame: pd.DataFrame, caption: str, wrap: bool = False):
     """A pandas Styler with a caption, index hidden (renders as an HTML table that scrolls sideways
-    on a narrow screen: see book/_static/kernelbook.css)."""
+    on a narrow screen: see book/_static/kernelbook.css). ``wrap``: cells of prose that may break
+    over lines (a table of facts, a message) instead of numbers that must not."""
+    classes = "kernelbook-table kernelbook-wrap" if wrap else "kernelbook-table"
     # Cells and headers hold names and values from the store: escaped, never markup.
     return (frame.style.hide(axis="index").set_caption(html_text(caption))
             .format(escape="html").format_index(escape="html", axis=1)
-            .set_table_attributes('class="kernelbook-table"'))
+            .set_table_attributes(f'class="{classes}"'))
 
 
 def message_table(text: str, caption: str):
     """A one-cell table, where a table would stand if there were something to show."""
-    return styled(pd.DataFrame({"": [text]}), caption)
+    return styled(pd.DataFrame({"": [text]}), caption, wrap=True)
 
 
 def banner(recording):
@@ -233,13 +236,17 @@ def delta_table(steps: dict):
         sizes = sorted({r["batch"] for r in current.records if r["metric"] == metric and r["layer"] == case})
         for size in sizes:
             row = {current.study.case_header: case, current.study.size_header: size}
-            mine = find_record(current.records, metric, case, size)
-            for name in names:
-                chapter = steps[name]
-                found = find_record(chapter.records, metric, case, size) if chapter.correct else None
-                row[f"{_role(name).capitalize()} ({chapter.variant})"] = format_ms(found["value"]) if found else "–"
-                if name != names[-1] and found and mine:
-                    row[f"speed-up vs {_role(name)}"] = f"{found['value'] / mine['value']:.2f}×"
+            mine = find_record(current.records, metric, case, size) if current.correct else None
+            # The comparison first (this step, then its speed-ups), the steps it is compared with
+            # after: on a narrow page the columns the verdict rests on stay in view.
+            row[f"{_role(names[-1]).capitalize()} ({current.variant})"] = format_ms(mine["value"]) if mine else "–"
+            found = {name: find_record(steps[name].records, metric, case, size) if steps[name].correct else None
+                     for name in reversed(names[:-1])}
+            for name, theirs in found.items():
+                row[f"speed-up vs {_role(name)}"] = (f"{theirs['value'] / mine['value']:.2f}×"
+                                                     if theirs and mine else "–")
+            for name, theirs in found.items():
+                row[f"{_role(name).capitalize()} ({steps[name].variant})"] = format_ms(theirs["value"]) if theirs else "–"
             rows.append(row)
     tags = " | ".join(f"{_role(n)}: {ch.recording.short_label}" for n, ch in steps.items())
     return styled(pd.DataFrame(rows), f"{metric} against earlier steps (medians). [{tags}]")
@@ -266,12 +273,16 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
             theirs = find_record(other.records, metric, case, size_here) if other.correct else None
             if not (mine and theirs):
                 continue
+            if other.session.run.device != current.session.run.device:  # never a ratio across devices
+                lines.append(f"{case}: the {_role(name)} ({other.variant}) is recorded only on "
+                             f"{other.session.run.device} (run {other.session.run.run_id}), another device: "
+                             "no ratio is drawn.")
+                continue
             ratio = theirs["value"] / mine["value"]
             word = (f"{ratio:.2f}× faster than" if ratio >= 1.05 else
                     f"{1 / ratio:.2f}× slower than" if ratio <= 0.95 else "within 5 % of")
             elsewhere = ("" if other.session.run.run_id == current.session.run.run_id else
-                         f", run {other.session.run.run_id}" + ("" if other.session.run.device == current.session.run.device
-                                                                 else f" on {other.session.run.device}"))
+                         f", run {other.session.run.run_id}")
             lines.append(f"{case} at {current.study.size_header.lower()} {size_here:,}: {format_ms(mine['value'])}, {word} "
                          f"the {_role(name)} ({other.variant}, {format_ms(theirs['value'])}{elsewhere}).")
     return lines or ["No earlier step is recorded at these sizes to compare with."]
@@ -293,6 +304,19 @@ class SourceBlock:
         """The Markdown, as ``IPython.display.Markdown(...).data`` would hold it."""
         return self._repr_markdown_()[0]
 
+    def _repr_html_(self):
+        """A ``<details>`` block with the highlighted code: labelled, closed until opened."""
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import CudaLexer
+
+        lines = self.text.count("\n") + 1
+        code = highlight(self.text, CudaLexer(), HtmlFormatter(cssclass="highlight"))
+        body = (f'<details class="kernelbook-source"><summary>Kernel source: <code>kernels/{html.escape(self.relpath)}'
+                f"</code> ({lines} lines; click to open)</summary>\n"
+                f'<div class="highlight-cuda notranslate">{code}</div></details>')
+        return body, {SOURCE_METADATA: {"path": f"kernels/{self.relpath}", "sha256": self.sha256}}
+
     def _repr_markdown_(self):
         longest = max((len(m) for m in re.findall(r"`{3,}", self.text)), default=0)
         fence = "`" * max(3, longest + 1)
@@ -305,7 +329,8 @@ SOURCE_METADATA = "kernelbook_source"
 
 
 def show_source(relpath: str, start: str | None = None):
-    """The kernel source from ``kernels/`` as a highlighted block (never pasted into a notebook)."""
+    """The kernel source from ``kernels/`` (never pasted into a notebook) in its own block, labelled
+    with its file and closed until the reader opens it; the output carries the file's sha256."""
     import hashlib
 
     path = paths.kernels_dir() / relpath

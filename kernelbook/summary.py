@@ -15,7 +15,7 @@ from .chapter import load_recorded
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
 from .evidence.vendor import vendor
-from .report import find_record, format_ms, styled
+from .report import ANY_BATCH, find_record, format_ms, styled
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 
@@ -27,7 +27,14 @@ def headline_size(study, case: str, chapters: dict) -> int | None:
     return max(sizes) if sizes else None
 
 
+#: Short names of the timing methods, for the leaderboard's "Timed by" column (the caption spells
+#: each one out): two methods meet in one table, so each row says which it was.
+TIMING_SHORT = {"cuda-graph": "graph", "events": "events", "host-bound": "host loop", "torch-events": "events (torch)"}
+
+
 def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
+    """Every recorded step per case at the case's largest size: the comparison columns first (time,
+    speed-up, % of floor, against the library), then how it was timed, the unit and the run."""
     chapters = {s: load_recorded(study, s) for s in study.steps.slugs()}
     found_vendor = vendor(study, "replay")
     base = chapters.get(study.steps.baseline.slug)
@@ -47,26 +54,51 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
             theirs = find_record(base.records, study.time_metric, case, size) if base is not None else None
             ceilings = ceilings_for(chapter.session.run.run_id)
             floor = floor_ms(problem, ceilings, step_math(chapter, case))
-            row = {study.case_header: case, "Size": f"{size:,}", "Step": f"{chapter.step.number:02d} {slug}",
-                   "Unit": step_math(chapter, case),
+            row = {"Step": f"{chapter.step.number:02d} {slug}", study.case_header: case, "Size": f"{size:,}",
                    "Time": format_ms(mine["value"]),
                    "Speed-up vs baseline": f"{theirs['value'] / mine['value']:.1f}×" if theirs else "–",
                    "% of its floor": f"{floor / mine['value'] * 100:.1f} %" if floor else "–"}
             for v in dict.fromkeys(r["variant"] for r in found_vendor.records):
                 ref = find_record([r for r in found_vendor.records if r["variant"] == v], study.time_metric, case, size)
                 row[f"vs {v}"] = f"{ref['value'] / mine['value']:.2f}×" if ref else "–"
+            row["Timed by"] = TIMING_SHORT.get(mine.get("timing"), mine.get("timing") or "not recorded")
+            row["Unit"] = step_math(chapter, case)
+            row["Run"] = chapter.session.run.run_id
             rows.append(row)
     if found_vendor.found:
         runs.add(found_vendor.session.run.run_id)
     return pd.DataFrame(rows), sorted(runs)
 
 
+def _timing_caption(frame: pd.DataFrame) -> str:
+    from .measure import TIMING_WORDS
+
+    used = [k for k, short in TIMING_SHORT.items() if "Timed by" in frame and short in set(frame["Timed by"])]
+    mixed = len(used) > 1
+    return ((" Two timing methods meet in this table" if mixed else " Timed by") + ": "
+            + "; ".join(f"'{TIMING_SHORT[k]}' = {TIMING_WORDS[k]}" for k in used) + "."
+            + (" Graph replays leave out the launch cost that events around each call include, so compare "
+               "rows of one method first." if mixed else "")) if used else ""
+
+
 def leaderboard(study):
+    """One table per case (the study's cases are judged at different sizes), so that each fits the
+    reading width: the step, then what it is judged by."""
+    from IPython.display import display
+
     frame, runs = leaderboard_frame(study)
-    return styled(frame, f"{study.title}: every step at each case's largest recorded size (medians); '% of its "
-                         f"floor' uses the ceilings measured in the step's run and the rate of the unit it runs on (see "
-                         f"each profiles page); 'vs X' is X's time / the step's "
-                         f"(above 1: the step is faster). Runs: {', '.join(runs)}.")
+    if frame.empty:
+        return styled(pd.DataFrame({"": ["No step of this study is recorded yet."]}), study.title)
+    for case, part in frame.groupby(study.case_header, sort=False):
+        size = part["Size"].iloc[0]
+        display(styled(part.drop(columns=[study.case_header, "Size"]),
+                       f"{study.title}, {study.case_header.lower()} {case} at size {size}: every step (medians). "
+                       f"'% of its floor' uses the ceilings measured in the step's run and the rate of the unit it "
+                       f"runs on (see each profiles page); 'vs X' is X's time / the step's (above 1: the step is "
+                       f"faster).{_timing_caption(part)}"))
+    from IPython.display import Markdown
+
+    return Markdown(f"*Runs read: {', '.join(f'`{r}`' for r in runs)}.*")
 
 
 def step_chart(study):
@@ -111,7 +143,7 @@ def devices(study):
     if len(by_device) < 2:
         names = ", ".join(by_device) or "none"
         return styled(pd.DataFrame({"": [f"Only one device is recorded for this study ({names}); a run on another "
-                                         "device would appear here beside it."]}), "Devices")
+                                         "device would appear here beside it."]}), "Devices", wrap=True)
     keys = sorted({k for d in by_device.values() for k in d}, key=lambda k: (study.steps.slugs().index(k[0]), k[1], k[2]))
     rows = [{"Step": k[0], study.case_header: k[1], "Size": k[2],
              **{dev: format_ms(vals[k]) if k in vals else "–" for dev, vals in by_device.items()}} for k in keys]
@@ -128,29 +160,32 @@ def reported_best(study):
                          "fastest step at the same size.")
 
 
-def _target_ms(records: list[dict], study, target: dict) -> float | None:
-    """A target's time in ``records``: its case's (or the sum over its ``cases``) at its ``size``
-    (any size when it names none); None when a record is missing."""
+def _summed(records: list[dict], metric: str, cases, size) -> float | None:
+    """The sum of ``metric`` over ``cases`` at ``size`` (any size when None); None if one is missing."""
     from .report import ANY_BATCH
 
-    found = [find_record(records, study.time_metric, case, target.get("size", ANY_BATCH))
-             for case in target.get("cases") or (target["case"],)]
-    return None if None in found else sum(r["value"] for r in found)
+    found = [find_record(records, metric, c, ANY_BATCH if size is None else size) for c in cases]
+    return None if any(f is None or f["value"] is None for f in found) else sum(f["value"] for f in found)
 
 
 def evaluate_targets(study) -> list[dict]:
-    """Each of the study's targets against its fastest eligible recorded step (and the library)."""
+    """Each of the study's targets against its fastest eligible recorded step (and the library).
+
+    A target names one ``case``, or several ``cases`` whose times add up (LeNet's Op Time 1 + Op
+    Time 2), and optionally the ``size`` it is judged at."""
     found_vendor = vendor(study, "replay")
     out = []
     for target in study.targets():
+        cases, size = target.get("cases") or [target["case"]], target.get("size")
         best = None
         for slug in target["steps"]:
             chapter = load_recorded(study, slug)
-            ms = _target_ms(chapter.records, study, target) if chapter is not None and chapter.correct else None
-            if ms is not None and (best is None or ms < best[1]):
-                best = (slug, ms, chapter.session.run.run_id)
-        ref = (_target_ms([r for r in found_vendor.records if r["variant"] == target["vendor"]], study, target)
-               if target.get("vendor") else None)
+            value = (_summed(chapter.records, study.time_metric, cases, size)
+                     if chapter is not None and chapter.correct else None)
+            if value is not None and (best is None or value < best[1]):
+                best = (slug, value, chapter.session.run.run_id)
+        ref = (_summed([r for r in found_vendor.records if r["variant"] == target["vendor"]], study.time_metric,
+                       cases, size) if target.get("vendor") else None)
         out.append({**target, "best": best, "vendor_ms": ref})
     return out
 
@@ -183,13 +218,51 @@ def target_lines(study) -> list[str]:
     return lines
 
 
+#: Where a target's limit comes from when the study does not say (``source`` in ``targets()``).
+DEFAULT_TARGET_SOURCE = ("the project's goal for this study (set in its issue tracker; not a write-up's number), "
+                         "judged beside the floor and the library")
+
+
+def target_frame(study) -> pd.DataFrame:
+    """Each target defined where it is judged: its limit, where the limit comes from, the floor of
+    its case on this device (the FP32 floor, from the ceilings of the best step's run), the library,
+    and the fastest eligible step."""
+    rows = []
+    for t in evaluate_targets(study):
+        floor = None
+        if t["best"] is not None:
+            chapter = load_recorded(study, t["best"][0])
+            floors = []
+            for case in t.get("cases") or [t["case"]]:
+                rec = find_record(chapter.records, study.time_metric, case,
+                                  t["size"] if t.get("size") else ANY_BATCH)
+                floors.append(floor_ms(study.problem(case, rec["batch"]), ceilings_for(t["best"][2]),
+                                       step_math(chapter, case)))
+            floor = None if None in floors else sum(floors)
+        slug, ms, run_id = t["best"] if t["best"] else ("–", None, "–")
+        rows.append({"Target": t["what"],
+                     "Verdict": "–" if ms is None else ("met" if ms <= t["limit_ms"] else
+                                                          f"missed ({ms / t['limit_ms']:.2f}× the limit)"),
+                     "Its time": format_ms(ms), "Limit": f"≤ {format_ms(t['limit_ms'])}",
+                     "Fastest eligible step": slug, "Its floor": format_ms(floor),
+                     "Library": f"{t['vendor']} {format_ms(t['vendor_ms'])}" if t.get("vendor") else "–",
+                     "Limit set by": t.get("source") or DEFAULT_TARGET_SOURCE, "Run": run_id})
+    return pd.DataFrame(rows)
+
+
 def targets(study):
-    from IPython.display import Markdown
-
-    lines = target_lines(study)
-    from .escape import md_safe
-
-    return Markdown("\n".join(f"- {md_safe(line)}" for line in lines) if lines else "*This study sets no targets.*")
+    frame = target_frame(study)
+    if frame.empty:
+        return styled(pd.DataFrame({"": [f"No target is declared for this study ({type(study).__name__}.targets() "
+                                         "is empty)."]}), f"{study.title}: targets")
+    sources = set(frame["Limit set by"])
+    source_note = ""
+    if len(sources) == 1:  # one source for every target: said once, in the caption
+        source_note = f" Every limit here is {sources.pop()}."
+        frame = frame.drop(columns=["Limit set by"])
+    return styled(frame, wrap=True, caption=f"{study.title}: each target, where its limit comes from, and the numbers it is judged "
+                         "beside ('Its floor': the least time the case can take on this device at the rate of the "
+                         "step's unit, from the ceilings measured in the step's run)." + source_note)
 
 
 def banner(*studies):

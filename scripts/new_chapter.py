@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+STUDY_LABELS = {"lenet": "LeNet", "mlp": "MLP", "vgg": "VGG layer"}
 TEMPLATE = ROOT / "book" / "_templates" / "chapter.md"
 CELL = re.compile(r"(```\{code-cell\} ipython3\n:tags: \[parameters\]\n\n)(.*?)(```)", re.S)
 STANDARD = ("step", "variant", "params", "repeats", "warmup", "check_shapes", "seed", "mode", "run_id",
@@ -29,13 +30,15 @@ STANDARD = ("step", "variant", "params", "repeats", "warmup", "check_shapes", "s
 
 def fill(text: str, study_name: str, study, step, extra: list[str]) -> str:
     sizes_line = f"{study.size_name} = None".ljust(34) + "# None: the study's (STUDY.default_sizes)"
-    return (text.replace("# TITLE", f"# Step {step.number}: {step.title}")
+    label = STUDY_LABELS.get(study_name, study_name)  # titles name the study: search shows them alone
+    return (text.replace("# TITLE", f"# {label}, step {step.number}: {step.title}")
             .replace('step = "STEP"', f'step = "{step.slug}"')
             .replace("SIZES_NAME = None                 # None: the study's (STUDY.default_sizes)", sizes_line)
             .replace("sizes=SIZES_NAME", f"sizes={study.size_name}")
             .replace("EXTRA_LINES\n", "".join(line + "\n" for line in extra))
             .replace("kernelbook.STUDY.STEPS", f"kernelbook.{study_name}.STEPS")
             .replace("from kernelbook.STUDY import STUDY", f"from kernelbook.{study_name} import STUDY"))
+
 
 
 def render(study_name: str, slug: str) -> tuple[Path, str]:

@@ -4,18 +4,18 @@
 #   make render            (after make book)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-html=_build/html
-out=_build/screens
+html=${HTML:-_build/html}        # HTML=/elsewhere/_build/html renders another build
+out=${SCREENS:-_build/screens}
 [ -f "$html/index.html" ] || { echo "no $html/index.html: run make book first" >&2; exit 2; }
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 [ -n "$browser" ] || { echo "headless Chromium is needed: apt-get install chromium" >&2; exit 2; }
 mkdir -p "$out"
-pages="book/intro book/lenet/00_baseline book/lenet/15_hopper_final book/lenet/90_profiles book/mlp/15_final book/mlp/90_profiles book/vgg/09_winograd book/vgg/90_profiles book/summary"
+pages="book/intro book/lenet/00_baseline book/lenet/03_tiled book/lenet/11_index_reuse book/lenet/15_hopper_final book/lenet/90_profiles book/mlp/11_better_occupancy book/mlp/15_final book/mlp/90_profiles book/vgg/07_tf32_implicit_gemm book/vgg/09_winograd book/vgg/90_profiles book/summary book/glossary"
 for page in $pages; do
   for width in 1280 400; do
     name=$(echo "$page" | tr '/' '_')-$width.png
     "$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size="$width,2400" \
-      --screenshot="$out/$name" "file://$PWD/$html/$page.html" >/dev/null 2>&1
+      --screenshot="$out/$name" "file://$(cd "$html" && pwd)/$page.html" >/dev/null 2>&1
     echo "$out/$name"
   done
 done

@@ -108,3 +108,72 @@ def test_the_parameters_cell_is_shown_once(built_book):
     html, report = built_book
     text = _text(html / "book" / "lenet" / "00_baseline.html")
     assert text.count("batch_sizes = ") == 1, "the parameters appear twice (papermill's injected cell shown)"
+
+
+# ----------------------------------------------------------------------------- what a reader sees
+# The rules are in tests/page_rules.py (each shown to fail on a fabricated page in
+# tests/test_page_rules.py); here they read every built page of the real book.
+
+
+def _chapters(html):
+    return [p for p in _pages(html) if p.parent.name in CHAPTERS]
+
+
+def test_no_figure_carries_an_inline_size(built_book):
+    from page_rules import inline_image_sizes, soup
+
+    html, _ = built_book
+    bad = {p.name: found for p in _pages(html) if (found := inline_image_sizes(soup(p.read_text())))}
+    assert not bad, bad
+    css = (html / "_static" / "kernelbook.css").read_text()
+    assert "height: auto !important" in css  # and a rule that would win over one anyway
+
+
+def test_no_key_column_is_off_screen_at_1280_px(built_book):
+    from page_rules import offscreen_key_columns, soup
+
+    html, _ = built_book
+    bad = {p.relative_to(html).as_posix(): found for p in _pages(html)
+           if (found := offscreen_key_columns(soup(p.read_text())))}
+    assert not bad, bad
+
+
+def test_every_metric_a_sentence_cites_is_on_its_page(built_book):
+    from page_rules import cited_absent_metrics, soup
+
+    html, _ = built_book
+    bad = {p.relative_to(html).as_posix(): found for p in _chapters(html)
+           if (found := cited_absent_metrics(soup(p.read_text())))}
+    assert not bad, bad
+
+
+def test_no_typed_number_in_prose(built_book):
+    from page_rules import soup, typed_numbers
+
+    html, _ = built_book
+    pages = _chapters(html) + [html / "book" / "summary.html"]  # the intro and glossary define, they measure nothing
+    bad = {p.relative_to(html).as_posix(): found for p in pages if (found := typed_numbers(soup(p.read_text())))}
+    assert not bad, bad
+
+
+def test_titles_name_their_study_and_the_banner_comes_first(built_book):
+    html, report = built_book
+    titles = {}
+    for nb in report.notebooks:
+        page = (html / "book" / f"{nb.name}.html").read_text()
+        title = re.search(r"<title>(.*?)</title>", page, re.S).group(1)
+        titles.setdefault(title, []).append(nb.name)
+        if nb.name.split("/")[0] in CHAPTERS:
+            assert title.split(",")[0].split(":")[0].strip() in ("LeNet", "MLP", "VGG layer"), (nb.name, title)
+        if nb.name.split("/")[-1][:2].isdigit() and not nb.name.endswith("90_profiles"):
+            body = page[page.index("<article"):]
+            first = body.index("<h2")  # the provenance (the banner, or a sweep's recording) before any section
+            assert "replayed" in body[:first].lower() or "measured now" in body[:first].lower(), nb.name
+    assert all(len(v) == 1 for v in titles.values()), {t: v for t, v in titles.items() if len(v) > 1}
+
+
+def test_kernel_source_is_its_own_labelled_block(built_book):
+    html, _ = built_book
+    page = (html / "book" / "lenet" / "03_tiled.html").read_text()
+    assert '<details class="kernelbook-source"><summary>Kernel source: <code>kernels/lenet/03_tiled.cu' in page
+    assert "Show code cell output" not in page

@@ -377,6 +377,9 @@ def test_comparison_shows_change_against_previous_and_baseline(results_root, no_
 def test_change_formatting():
     assert ncu.change(150.0, 100.0) == "+50.0 %"
     assert ncu.change(None, 1.0) == "–" and ncu.change(1.0, 0.0) == "–"
+    # a base near zero: a factor, never "+68257.1 %"
+    assert ncu.change(6.8, 0.00996) == "×683" and ncu.change(0.5, 0.1) == "+400.0 %"
+    assert ncu.change(0.01, 6.8) == "÷680" and ncu.change(1.0, 4.0) == "-75.0 %"
     assert ncu.format_metric("dram_bytes", 31457280) == "31.5 MB"
     assert ncu.format_metric("duration_ms", 0.1205) == "120.5 µs"
 
@@ -478,17 +481,35 @@ def test_roofline_builds_from_fabricated_records(results_root, no_gpu):
     fig = roofline.roofline(frame, CEILINGS)
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]  # one key under the panels
     assert any("FP32" in t and "10,000 GFLOP/s" in t for t in labels)
     assert any("copy bandwidth 1,000 GB/s" in t for t in labels)
     assert any("hollow" in t for t in labels)
     assert any(f"REPLAYED from run(s) {run.run_id}" in t.get_text() for t in fig.texts)
     numbers = dict(zip(frame["variant"], frame["number"]))
-    annotations = [c.get_text() for c in ax.texts]
+    annotations = [c.get_text() for a in fig.axes for c in a.texts]
     assert str(numbers["tiled"]) in annotations and str(numbers["cudnn-tf32"]) in annotations
     assert numbers["tiled"] == "03" and numbers["cudnn"] == "V1"  # chapter numbers; the library's are V1, V2
     assert f"{numbers['tiled']} tiled" in labels  # the legend names each number once
     assert "tiled" in roofline.point_table(frame).to_html()
+
+
+def test_no_two_roofline_steps_share_a_colour_and_marker():
+    styles = [roofline.step_style(i) for i in range(40)]
+    assert len(set(styles)) == len(styles)
+
+
+def test_a_point_above_its_roof_gets_a_note_and_the_reason():
+    import pandas as pd
+
+    frame = pd.DataFrame([{"number": "09", "variant": "winograd", "layer": "B1", "batch": 1, "flops": 1.0,
+                           "op_time_ms": 1.0, "gflops": 60000.0, "intensity": 500.0, "bytes": 1.0,
+                           "bytes_source": "dram (ncu)", "provenance": "", "replayed": True, "run_id": "r"},
+                          {"number": "07", "variant": "tf32", "layer": "B1", "batch": 1, "flops": 1.0,
+                           "op_time_ms": 1.0, "gflops": 60000.0, "intensity": 500.0, "bytes": 1.0,
+                           "bytes_source": "dram (ncu)", "provenance": "", "replayed": True, "run_id": "r"}])
+    notes = roofline.above_roofs(frame, CEILINGS, {"winograd": "fp32", "tf32": "tf32"})
+    assert len(notes) == 1 and "09 (winograd" in notes[0] and "fewer multiplications" in notes[0]
 
 
 def test_roofline_with_nothing_recorded_still_draws(results_root, no_gpu):

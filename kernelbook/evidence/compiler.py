@@ -121,7 +121,13 @@ def table(found: session_mod.Recording, chapter=None):
     wide = frame.pivot_table(index=["kernel", "layer"], columns="metric", values="value", aggfunc="first")
     keep = [c for c in ("registers", "shared_bytes", "spill_store_bytes", "stack_frame_bytes") if c in wide]
     keep += [f"sass_{op}" for op in SHOWN_OPCODES if f"sass_{op}" in wide]
-    wide = wide[keep].fillna(0).astype(int).reset_index()
-    wide.columns = [c.replace("sass_", "") for c in wide.columns]
+    wide = wide[keep].fillna(0).astype(int)
+    # Transposed: a row per quantity, a column per kernel and case, so that the table is as wide as
+    # the kernels a step launches (one to four), not as wide as the SASS opcodes it counts.
+    tall = wide.T
+    tall.columns = [f"{kernel} ({layer})" for kernel, layer in tall.columns]
+    tall.insert(0, "ptxas / SASS", [c.replace("sass_", "") for c in tall.index])
     note = "" if any(c.startswith("sass_") for c in frame["metric"]) else " (no SASS: cuobjdump was not installed where this was recorded)"
-    return styled(wide, f"ptxas report and static SASS instruction counts, sm_90{note}. [{found.short_label}]")
+    return styled(tall.reset_index(drop=True), f"ptxas report (registers per thread, shared memory and spills in "
+                                               f"bytes) and static SASS instruction counts per kernel and case, "
+                                               f"sm_90{note}. [{found.short_label}]")

@@ -70,17 +70,17 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
             math = step_math(chapter, case) if chapter is not None else vendor_math(variant)
             floor = floor_ms(problem, ceilings, math)
             failed = chapter is not None and not chapter.correct
-            row = {study.case_header: case, "Step": variant, "Unit": math,
+            # The comparison first (time, % of floor, against the library), the inputs to it after.
+            row = {study.case_header: case, "Step": variant,
                    "Time": format_ms(op) if op is not None else ("FAILED check" if failed else
                                                                   NOT_RECORDED if records is None else "–"),
-                   study.rate_unit: f"{problem.flops / (op / 1e3) / 1e9:,.0f}" if op else "–",
-                   "FP32 floor": format_ms(fp32_floor) if fp32_floor else "–",
-                   "Floor of its unit": format_ms(floor) if floor else "–",
                    "% of its floor": f"{floor / op * 100:.1f} %" if op and floor else "–"}
             for v in vendors:
                 theirs = record_value([r for r in vendor_records if r["variant"] == v], metric, case, at)
                 row[f"vs {v}"] = f"{theirs / op:.2f}×" if op and theirs else "–"
-            row["Recorded"] = where
+            row.update({"Unit": math, study.rate_unit: f"{problem.flops / (op / 1e3) / 1e9:,.0f}" if op else "–",
+                        "Floor of its unit": format_ms(floor) if floor else "–",
+                        "FP32 floor": format_ms(fp32_floor) if fp32_floor else "–", "Recorded": where})
             rows.append(row)
     return pd.DataFrame(rows)
 

@@ -193,9 +193,18 @@ def format_metric(metric: str, value: float | None) -> str:
 
 
 def change(new: float | None, old: float | None) -> str:
-    """Relative change in % (``+12.3 %``); ``–`` when either side is missing or zero."""
+    """Relative change in % (``+12.3 %``); ``–`` when either side is missing or zero.
+
+    A base near zero makes a percentage meaningless ("+68257.1 %" for 0.01 → 6.8): beyond a
+    tenfold change either way the change is written as a factor (``×683``, ``÷12``).
+    """
     if new is None or old is None or old == 0:
         return "–"
+    ratio = new / old
+    if ratio >= 10:
+        return f"×{ratio:,.0f}" if ratio >= 100 else f"×{ratio:.1f}"
+    if 0 < ratio <= 0.1:
+        return f"÷{1 / ratio:,.0f}" if ratio <= 0.01 else f"÷{1 / ratio:.1f}"
     return f"{(new - old) / abs(old) * 100:+.1f} %"
 
 
@@ -227,12 +236,16 @@ def comparison_frame(steps: dict, layers: Iterable[str], metrics: Iterable[str] 
             if all(v is None for v in values.values()):
                 continue
             row = {case_header: layer, "Metric": SPECS[metric].title if metric in SPECS else metric}
-            for role, (slug, _, _) in steps.items():
-                row[f"{role.capitalize()} ({slug})"] = format_metric(metric, values[role])
-            if this is not None:
-                for role in ("previous step", "baseline"):
-                    if role in steps:
-                        row[f"vs {role}"] = change(values["this step"], values[role])
+            # The comparison first: this step and its changes, then the steps it is compared with,
+            # so that what the argument rests on is in view on a narrow page.
+            for role in ("this step", "previous step", "baseline"):
+                if role not in steps:
+                    continue
+                row[f"{role.capitalize()} ({steps[role][0]})"] = format_metric(metric, values[role])
+                if role == "this step":
+                    for other in ("previous step", "baseline"):
+                        if other in steps:
+                            row[f"vs {other}"] = change(values["this step"], values[other])
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -269,7 +282,8 @@ def stall_frame(steps: dict, layers: Iterable[str], case_header: str = "Layer"):
             reasons += [name for name, _ in top_stalls(agg) if name not in reasons]
         for reason in reasons:
             row = {case_header: layer, "Stall reason": reason.replace("_", " ")}
-            for role, (slug, _, records) in steps.items():
+            for role in [r for r in ("this step", "previous step", "baseline") if r in steps]:
+                slug, _, records = steps[role]
                 value = record_value(records, f"stall_{reason}", layer)
                 rank = next((int(r["stall_rank"]) for r in records if r["metric"] == f"stall_{reason}"
                              and r["layer"] == layer and r.get("stall_rank")), None)  # may be a float from pandas
@@ -303,6 +317,10 @@ def show_chapter(chapter, profile: bool = True, size: int | None = None) -> sess
     return evidence
 
 
+#: The most steps one overview table holds before it is split.
+OVERVIEW_STEPS = 6
+
+
 def ncu_overview(study, variants: Iterable[str] | None = None, prefer_run: str | None = None,
                  metrics: Iterable[str] = COMPARED):
     """Every recorded step's metrics side by side: rows (layer, metric), a column per step.
@@ -333,5 +351,21 @@ def ncu_overview(study, variants: Iterable[str] | None = None, prefer_run: str |
         rows.append(row)
     labels = "; ".join(f"{v}: {f[0].short_label}" for v, f in recorded.items())
     missing = f" Not recorded yet: {', '.join(absent)}." if absent else ""
-    return styled(pd.DataFrame(rows), f"Nsight Compute metrics of every profiled step (each from its newest "
-                                       f"recording{' or run ' + prefer_run if prefer_run else ''}).{missing} {labels}")
+    frame = pd.DataFrame(rows)
+    caption = (f"Nsight Compute metrics of every profiled step (each from its newest "
+               f"recording{' or run ' + prefer_run if prefer_run else ''}).{missing} {labels}")
+    names = list(recorded)
+    if len(names) <= OVERVIEW_STEPS:
+        return styled(frame, caption, wrap=True)  # the stall lists wrap, the numbers stay whole
+    # Split: at most OVERVIEW_STEPS steps a table, so that each fits the reading width (one table
+    # a step a column would be 18 columns wide); every part keeps the case and metric columns.
+    from IPython.display import display
+
+    parts = [names[i:i + OVERVIEW_STEPS] for i in range(0, len(names), OVERVIEW_STEPS)]
+    for n, part in enumerate(parts, start=1):
+        table = styled(frame[[study.case_header, "Metric", *part]],
+                       f"Part {n} of {len(parts)}: steps {part[0]} to {part[-1]}. " + (caption if n == 1 else ""),
+                       wrap=True)
+        if n < len(parts):
+            display(table)
+    return table

@@ -38,11 +38,44 @@ class ProfilesPage:
     def points(self, size: int | None = None):
         return roofline.points(self.study, size, self.prefer, self.found_vendor)
 
+    def maths(self) -> dict:
+        """Each step's arithmetic per case ((step, case) -> ``math_for`` of its recorded parameters),
+        for the notes on points above a roof: one step may run its cases on different units."""
+        from ..chapter import load_recorded
+
+        out = {}
+        for slug in self.study.steps.slugs():
+            chapter = load_recorded(self.study, slug, prefer_run=self.prefer)
+            if chapter is None:
+                continue
+            for case in self.study.cases:
+                try:
+                    out[(slug, case)] = floor.step_math(chapter, case)
+                except Exception:  # a step whose parameters cannot be rebuilt here: no note for it
+                    continue
+        return out
+
     def roofline(self, size: int | None = None):
+        from IPython.display import display
+
         frame = self.points(size)
         where = (f"at {self.study.size_header.lower()} {size or self.study.profile_size}"
-                 if self.study.rows != "cases" else "for each case")
-        return roofline.roofline(frame, self.found_ceilings, title=f"Roofline: {self.study.title}, {where}")
+                 if self.study.rows != "cases" else "each case at its own size")
+        fig = roofline.roofline(frame, self.found_ceilings, title=f"Roofline: {self.study.title}, {where}",
+                                maths=self.maths())
+        display(fig)
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+        return roofline.above_roof_note(fig)
+
+    def environment(self):
+        """Per run this page reads: the device, driver, CUDA runtime, libraries, clocks and cache
+        state as its manifest and records hold them; "not recorded" where a run did not record one."""
+        from IPython.display import display
+
+        for table in environment_tables(self.study, self.prefer, self.found_ceilings, self.found_vendor):
+            display(table)
 
     def points_table(self, size: int | None = None):
         return roofline.point_table(self.points(size))
@@ -54,13 +87,99 @@ class ProfilesPage:
         return sanitizer.sanitizer_table(self.study, prefer_run=self.prefer)
 
 
+def study_run(study, replay_run: str | None = None) -> str | None:
+    """The run a replayed profiles page reads: ``replay_run``, else the newest run that holds this
+    study's vendor recording (then its final step, then its baseline), so that the ceilings come from
+    the same study's run and never from another study's."""
+    from .. import results
+
+    if replay_run:
+        return replay_run
+    for name in (vendor_mod.part(study), study.part(study.steps.slugs()[-1]), study.part(study.steps.baseline.slug)):
+        try:
+            return results.newest_run_with(name).run_id
+        except Exception:  # not recorded: try the next
+            continue
+    return None
+
+
 def open_page(study, mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
               vendor_sizes=None, repeats: int = 10) -> ProfilesPage:
-    """Measure the ceilings and the vendor library into one run (or replay them)."""
-    found_ceilings = ceilings_mod.ceilings(mode=mode, run_id=run_id, replay_run=replay_run, repeats=repeats)
+    """Measure the ceilings and the vendor library into one run (or replay them, from the same
+    study's run: ``study_run``)."""
+    found_ceilings = ceilings_mod.ceilings(mode=mode, run_id=run_id, replay_run=replay_run, repeats=repeats,
+                                           prefer_run=None if mode == "measure" else study_run(study, replay_run))
     if found_ceilings.recording.measuring:
         run_id = found_ceilings.session.run.run_id  # the vendor timings join the run of the ceilings
     found_vendor = vendor_mod.vendor(study, mode=mode, run_id=run_id, replay_run=replay_run, sizes=vendor_sizes,
-                                     repeats=repeats)
+                                     repeats=repeats,
+                                     prefer_run=None if found_ceilings.recording.measuring else
+                                     (found_ceilings.session.run.run_id if found_ceilings.recording.found else None))
     prefer = found_ceilings.session.run.run_id if found_ceilings.recording.found else replay_run
     return ProfilesPage(study, found_ceilings, found_vendor, prefer)
+
+
+#: What a run's environment is made of, and where each fact is read from in its manifest or records.
+ENVIRONMENT_ROWS = ("Device", "Driver (CUDA version it supports)", "CUDA runtime", "Libraries", "Vendor library",
+                    "cuDNN algorithm and layout", "Clocks", "L2 cache between timed launches", "Host", "Commit")
+
+
+def _environment_column(run, vendor_parameters: dict | None) -> dict:
+    from .tools import NOT_RECORDED
+
+    m = run.manifest
+    dev, soft = m.get("device") or {}, m.get("software") or {}
+    env = m.get("environment") or {}
+    libs = ", ".join(f"{k} {v}" for k, v in sorted(soft.items())) or NOT_RECORDED
+    vendor_text = ((vendor_parameters or {}).get("library") or (vendor_parameters or {}).get("torch")
+                   or (f"PyTorch {soft['torch']}, cuDNN {soft.get('cudnn', '?')}" if soft.get("torch") else NOT_RECORDED))
+    clock = dev.get("clock_khz")
+    clocks = env.get("clocks") or (f"{NOT_RECORDED} (the device's maximum SM clock: {clock / 1e6:.2f} GHz)"
+                                   if clock else NOT_RECORDED)
+    return {
+        "Device": f"{dev.get('name', NOT_RECORDED)} (compute capability {dev.get('compute_capability', '?')}, "
+                  f"{dev.get('multiprocessors', '?')} SMs, L2 {dev.get('l2_bytes', 0) / 2**20:.0f} MiB)",
+        "Driver (CUDA version it supports)": dev.get("cuda_driver") or NOT_RECORDED,
+        "CUDA runtime": dev.get("cuda_runtime") or NOT_RECORDED,
+        "Libraries": libs,
+        "Vendor library": vendor_text,
+        "cuDNN algorithm and layout": env.get("cudnn_algorithm") or f"{NOT_RECORDED} (PyTorch chose; NCHW tensors)",
+        "Clocks": clocks,
+        "L2 cache between timed launches": env.get("l2_state") or
+        f"{NOT_RECORDED} (launches run back to back, so inputs that fit in L2 stay warm)",
+        "Host": f"{m.get('host', '?')}, {m.get('platform', '?')}",
+        "Commit": m.get("commit", NOT_RECORDED),
+    }
+
+
+def environment_tables(study, prefer: str | None, found_ceilings, found_vendor) -> list:
+    """One two-column table per run the page reads (the ceilings' and the vendor library's, then the
+    step runs'): every fact of its environment, or "not recorded"."""
+    import pandas as pd
+
+    from .. import results
+    from ..report import styled
+
+    runs: dict[str, tuple[object, str]] = {}
+    for rec, what in ((found_ceilings, "the ceilings"), (found_vendor, f"{study.vendor_name}")):
+        session = getattr(rec, "session", None)
+        if session is not None:
+            run, why = runs.get(session.run.run_id, (session.run, ""))
+            runs[session.run.run_id] = (run, ", ".join(w for w in (why, what) if w))
+    preferred = results.load_run(prefer) if prefer else None
+    for slug in study.steps.slugs():
+        part = study.part(slug)
+        try:
+            run = preferred if preferred is not None and preferred.has_part(part) else results.newest_run_with(part)
+        except Exception:
+            continue
+        old, why = runs.get(run.run_id, (run, ""))
+        runs[run.run_id] = (old, why + (", " if why else "") + f"step {slug}")
+    vendor_session = getattr(found_vendor, "session", None)
+    tables = []
+    for run_id, (run, what) in runs.items():
+        mine = vendor_session is not None and vendor_session.run.run_id == run_id
+        column = _environment_column(run, {**found_vendor.parameters, **found_vendor.extra} if mine else None)
+        frame = pd.DataFrame({"Fact": list(column), "Value": list(column.values())})
+        tables.append(styled(frame, f"Environment of run {run_id} (read here for: {what}).", wrap=True))
+    return tables

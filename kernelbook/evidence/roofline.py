@@ -17,13 +17,13 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from .. import plots as _plots  # noqa: F401  (PNG figures without inline sizes)
 from ..report import ANY_BATCH
 from .ceilings import Ceilings, ceilings_for
 from .ncu import load_ncu
 from .tools import NOT_RECORDED
 from .vendor import vendor as vendor_recording
 
-MARKERS = ("o", "s", "^", "D", "v", "P")
 #: Okabe–Ito: distinguishable with every common colour-vision deficiency.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 ROOFS = (("fp32_gflops", "FP32 (CUDA cores)", "-"), ("tf32_tensor_gflops", "TF32 tensor", ":"),
@@ -83,64 +83,167 @@ def points(study, size: int | None = None, prefer_run: str | None = None, found_
     return points_from(study, chapters, ncu, found_vendor.records, size, found_vendor.short_label, vendor_run)
 
 
-def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_now: bool | None = None):
-    """Log-log roofline: roofs from ``ceilings`` (a ``Ceilings`` or dict), points from ``frame``
-    (``points``/``points_from``). Each step has its own colour and marker and is labelled by its
-    number only (the table beside the chart names it), so labels never pile up over each other.
-    Works with either side missing and says so."""
+#: One style per step: 8 colours x 4 marker shapes give 32 distinct (colour, marker) pairs, so no
+#: two of a study's steps (18 at most today) or its library rows share a look.
+STEP_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+#: Offsets (points) tried in turn for a point's number, so that no two numbers overlap.
+_OFFSETS = tuple((dx, dy) for ring in range(6) for dx, dy in
+                 ((6, 3 + 11 * ring), (6, -12 - 11 * ring), (-22, 3 + 11 * ring), (-22, -12 - 11 * ring))) + (
+    (30, -4), (-46, -4))
+
+
+#: Okabe-Ito's yellow is a fill colour: its numbers are written in a darker shade of it.
+TEXT_COLOR = {"#F0E442": "#8F8500"}
+
+
+def step_style(i: int) -> tuple[str, str]:
+    """(colour, marker) of the i-th step: no two of the first 64 share both."""
+    return PALETTE[i % len(PALETTE)], STEP_MARKERS[(i // len(PALETTE) + i) % len(STEP_MARKERS)]
+
+
+def roof_at(values: dict, metric: str, intensity: float) -> float | None:
+    """The height of one roof at ``intensity``: min(peak, bandwidth x intensity)."""
+    peak, bandwidth = values.get(metric), values.get("copy_gbs")
+    if not peak:
+        return None
+    return min(peak, bandwidth * intensity) if bandwidth else peak
+
+
+def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> list[str]:
+    """Sentences for the points that sit above a roof that should bound them, and why they can.
+
+    ``maths`` maps a step, or (step, case), to the arithmetic it runs on (``StepImpl.math_for``). Above the flat roof of
+    its unit: an FP32 step does fewer multiplications than the FLOP count its rate is computed from
+    (Winograd); a tensor-core step above the FP32 roof is where it should be and gets no note.
+    Above the sloped roof: its DRAM traffic ran faster than the measured copy bandwidth, a
+    ``cudaMemcpy`` rate and not the DRAM's peak. A library row (no ``maths``) is judged against the
+    highest roof only.
+    """
     values = ceilings.values if isinstance(ceilings, Ceilings) else dict(ceilings or {})
-    fig, ax = plt.subplots(figsize=(10, 6), dpi=110)
+    maths = maths or {}
+    names = {m: n for m, n, _ in ROOFS}
+    unit_roof = {"fp32": "fp32_gflops", "fp16x2": "fp32_gflops", "tf32": "tf32_tensor_gflops",
+                 "3xtf32": "tf32_tensor_gflops", "fp16": "fp16_tensor_gflops", "3xfp16": "fp16_tensor_gflops"}
+    bandwidth = values.get("copy_gbs")
+    notes = []
+    for _, p in frame.iterrows():
+        x, y = p["intensity"], p["gflops"]
+        if not (x and y and math.isfinite(x)):
+            continue
+        who = f"{p['number']} ({p['variant']}, {p['layer']})"
+        kind = maths.get((p["variant"], p["layer"]), maths.get(p["variant"]))
+        metric = unit_roof.get(kind)
+        if metric is None:  # a library row, or a step whose unit is not known here
+            peaks = [values[m] for m, _, _ in ROOFS if values.get(m)]
+            if peaks and y > max(peaks):
+                notes.append(f"{who} sits above every flat roof ({y:,.0f} against {max(peaks):,.0f} GFLOP/s): "
+                             "it does fewer operations than the direct FLOP count its rate is computed from.")
+            continue
+        peak = values.get(metric)
+        if peak and y > peak:
+            why = ("it does fewer multiplications than the direct convolution's FLOP count, from which every "
+                   "point's rate is computed (a Winograd transform trades multiplications for additions), so "
+                   "its rate is an effective one, not arithmetic faster than the device's"
+                   if kind in ("fp32", "fp16x2") else
+                   "its rate counts the problem's FLOPs, not the tensor-core operations it issued")
+            notes.append(f"{who} sits above the {names[metric]} roof ({y:,.0f} against {peak:,.0f} GFLOP/s): {why}.")
+        elif bandwidth and y > bandwidth * x and p["bytes_source"] == "dram (ncu)":
+            notes.append(f"{who} sits above the bandwidth slope ({y:,.0f} against {bandwidth * x:,.0f} GFLOP/s at "
+                         "its intensity): its DRAM traffic, as Nsight Compute counted it, moved faster than the "
+                         "measured copy bandwidth, which is a cudaMemcpy rate and not the DRAM's peak.")
+    return notes
+
+
+def _label_points(ax, points: list) -> None:
+    """Write each point's number at the first offset whose box overlaps no marker and no number
+    already written (display pixels, so call it once the figure's layout is final)."""
+    scale = ax.figure.dpi / 72.0
+    where = [ax.transData.transform((x, y)) for x, y, _, _ in points]
+    placed = [(px - 5 * scale, py - 5 * scale, px + 5 * scale, py + 5 * scale) for px, py in where]  # the markers
+    for (x, y, text, color), (px, py) in zip(points, where):
+        width, height = 6.2 * scale * len(text), 9 * scale
+        for dx, dy in _OFFSETS:
+            box = (px + dx * scale, py + dy * scale, px + dx * scale + width, py + dy * scale + height)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+                break
+        placed.append(box)
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=10,
+                    color=TEXT_COLOR.get(color, color), fontweight="bold")
+
+
+def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_now: bool | None = None,
+             maths: dict | None = None):
+    """Log-log roofline, one panel per case: roofs from ``ceilings`` (a ``Ceilings`` or dict), points
+    from ``frame`` (``points``/``points_from``). Each step has its own colour *and* marker (no two
+    share both) and is labelled by its number, placed where it overlaps no other number; the key
+    below the panels names every number. Points above a roof that should bound them are listed
+    under the figure with the reason. Works with either side missing and says so."""
+    values = ceilings.values if isinstance(ceilings, Ceilings) else dict(ceilings or {})
     have = frame[frame["intensity"].notna() & (frame["gflops"] > 0)] if not frame.empty else frame
+    cases = list(dict.fromkeys(have["layer"])) if not have.empty else [None]
+    variants = list(dict.fromkeys(have["variant"])) if not have.empty else []
+    notes = above_roofs(have, ceilings, maths) if not have.empty else []
+    key_rows = (len(variants) + len(ROOFS) + 2 + 1) // 2
+    key_height = 0.21 * key_rows + 0.55  # inches under the panels for the key and the provenance line
+    height = 5.0 * len(cases) + key_height
+    fig, axes = plt.subplots(len(cases), 1, figsize=(7.5, height), dpi=110, squeeze=False)
+    axes = [row[0] for row in axes]
     lo = min([0.1] + ([float(have["intensity"].min()) / 3] if not have.empty else []))
     bandwidth = values.get("copy_gbs")
     ridges = [values[m] / bandwidth for m, _, _ in ROOFS if values.get(m) and bandwidth]
     hi = max([1000.0] + [r * 10 for r in ridges] + ([float(have["intensity"].max()) * 3] if not have.empty else []))
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    if bandwidth:
-        ax.plot(xs, [bandwidth * x for x in xs], color="0.6", lw=0.8, ls="-.",
-                label=f"copy bandwidth {bandwidth:,.0f} GB/s (slope)")
-    for metric, name, style in ROOFS:
-        peak = values.get(metric)
-        if not peak:
-            continue
-        ys = [min(peak, bandwidth * x) if bandwidth else peak for x in xs]
-        ridge = f", ridge {peak / bandwidth:.0f} FLOP/B" if bandwidth else ""
-        ax.plot(xs, ys, color="black", ls=style, lw=1.4, label=f"{name}: {peak:,.0f} GFLOP/s{ridge}")
-    variants = list(dict.fromkeys(have["variant"])) if not have.empty else []
-    cases = list(dict.fromkeys(have["layer"])) if not have.empty else []
-    for i, variant in enumerate(variants):
-        color = PALETTE[i % len(PALETTE)]
-        for _, p in have[have["variant"] == variant].iterrows():
-            hollow = p["bytes_source"] != "dram (ncu)"
-            marker = MARKERS[cases.index(p["layer"]) % len(MARKERS)]
-            ax.scatter([p["intensity"]], [p["gflops"]], s=60, marker=marker,
-                       facecolors="none" if hollow else color, edgecolors=color, linewidths=1.6, zorder=3)
-            ax.annotate(str(p["number"]), (p["intensity"], p["gflops"]), textcoords="offset points",
-                        xytext=(4, 3 + 7 * (cases.index(p["layer"]) % 2)), fontsize=8, color=color)
-        ax.scatter([], [], marker="o", color=color, label=f"{have[have['variant'] == variant]['number'].iloc[0]} {variant}")
-    for j, case in enumerate(cases):
-        ax.scatter([], [], marker=MARKERS[j % len(MARKERS)], facecolors="0.3", edgecolors="0.3", label=f"case {case}")
-    ax.scatter([], [], marker="o", facecolors="none", edgecolors="0.3",
-               label="hollow: intensity from fewest bytes (no ncu DRAM bytes recorded)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
     heights = list(have["gflops"]) if not have.empty else []
     heights += [v for m, _, _ in ROOFS if (v := values.get(m))] + ([bandwidth * lo] if bandwidth else [])
-    if heights:
-        ax.set_ylim(min(heights) / 3, max(heights) * 3)
-    else:
-        ax.set_ylim(1, 1e6)  # nothing to draw: a sensible empty frame
-    ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
-    ax.set_ylabel("achieved GFLOP/s (FLOPs / op time)")
+    styles = {v: step_style(i) for i, v in enumerate(variants)}
     batch = int(have["batch"].iloc[0]) if not have.empty else 0
-    ax.set_title(title or f"Roofline of the steps at size {batch}")
-    ax.grid(True, which="both", alpha=0.25)
+    labels_of: dict = {}
+    for ax, case in zip(axes, cases):
+        if bandwidth:
+            ax.plot(xs, [bandwidth * x for x in xs], color="0.6", lw=0.8, ls="-.",
+                    label=f"copy bandwidth {bandwidth:,.0f} GB/s (slope)")
+        for metric, name, style in ROOFS:
+            peak = values.get(metric)
+            if not peak:
+                continue
+            ys = [min(peak, bandwidth * x) if bandwidth else peak for x in xs]
+            ridge = f", ridge {peak / bandwidth:.0f} FLOP/B" if bandwidth else ""
+            ax.plot(xs, ys, color="black", ls=style, lw=1.4, label=f"{name}: {peak:,.0f} GFLOP/s{ridge}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(*(min(heights) / 3, max(heights) * 3) if heights else (1, 1e6))
+        mine = have[have["layer"] == case] if case is not None else have
+        for variant in variants:
+            color, marker = styles[variant]
+            for _, p in mine[mine["variant"] == variant].iterrows():
+                hollow = p["bytes_source"] != "dram (ncu)"
+                ax.scatter([p["intensity"]], [p["gflops"]], s=70, marker=marker,
+                           facecolors="none" if hollow else color, edgecolors=color, linewidths=1.6, zorder=3)
+        labels_of[id(ax)] = [(p["intensity"], p["gflops"], str(p["number"]), styles[p["variant"]][0])
+                             for _, p in mine.sort_values("gflops", ascending=False).iterrows()]
+        ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
+        ax.set_ylabel("achieved GFLOP/s (FLOPs / op time)")
+        where = f"case {case}" if case is not None else ""
+        ax.set_title(", ".join(t for t in (title or f"Roofline of the steps at size {batch}", where) if t),
+                     fontsize=11)
+        ax.grid(True, which="both", alpha=0.25)
+    ax = axes[0]
+    for variant in variants:
+        color, marker = styles[variant]
+        ax.scatter([], [], marker=marker, color=color,
+                   label=f"{have[have['variant'] == variant]['number'].iloc[0]} {variant}")
+    ax.scatter([], [], marker="o", facecolors="none", edgecolors="0.3",
+               label="hollow: fewest bytes (no ncu DRAM bytes)")
     if not values:
         ax.text(0.5, 0.5, "device ceilings not recorded yet", transform=ax.transAxes, ha="center", color="tab:red")
     if have.empty:
         ax.text(0.5, 0.42, "no step recorded yet", transform=ax.transAxes, ha="center", color="tab:red")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    # The key below the last panel, two columns: it never covers a point and it stays legible when
+    # the figure is shrunk to a phone's width.
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=9, loc="lower left", ncol=2, bbox_to_anchor=(0.01, 0.3 / height),
+               frameon=False)
     ceiling_note = (ceilings.short_label if isinstance(ceilings, Ceilings) else
                     ("given" if values else NOT_RECORDED))
     session = ceilings.session if isinstance(ceilings, Ceilings) else None
@@ -150,10 +253,24 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     runs = sorted({r for r in have["run_id"] if isinstance(r, str)}) if not have.empty else []
     points_note = ("points measured in this run" if measured_now else
                    f"points REPLAYED from run(s) {', '.join(runs)}" if not have.empty else "no points")
-    fig.text(0.01, 0.005, f"ceilings: {ceiling_note}; {points_note}", fontsize=7,
+    import textwrap
+
+    fig.text(0.01, 0.005, textwrap.fill(f"ceilings: {ceiling_note}; {points_note}", 130), fontsize=8,
              color="0.35" if measured_now else "tab:red")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.roof_notes = notes  # the page prints them under the figure (``above_roof_note``)
+    fig.tight_layout(rect=(0, key_height / height, 1, 1))
+    for ax in axes:  # the numbers last, in the final layout, so that their boxes are where they are drawn
+        _label_points(ax, labels_of.get(id(ax), []))
     return fig
+
+
+def above_roof_note(fig):
+    """The sentences for the points above a roof, as Markdown (nothing when there are none)."""
+    from IPython.display import Markdown
+
+    notes = getattr(fig, "roof_notes", [])
+    return Markdown("\n".join(f"- **Above a roof:** {n}" for n in notes)) if notes else Markdown(
+        "No point sits above the roof that bounds its arithmetic.")
 
 
 def for_page(study, size: int | None = None, prefer_run: str | None = None, found_ceilings=None,

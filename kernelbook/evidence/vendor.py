@@ -39,7 +39,8 @@ def vendor(study, mode: str = "auto", run_id: str | None = None, replay_run: str
     sizes = study.sizes(list(study.default_sizes) if sizes is None else sizes)
 
     def measure() -> session_mod.Measurement:
-        return session_mod.Measurement(study.vendor(sizes, repeats, warmup))
+        # The library's versions go into the part, for the profiles pages' environment section.
+        return session_mod.Measurement(study.vendor(sizes, repeats, warmup), extra={"library": torch_cuda_status()[1]})
 
     found = session_mod.recorded(part(study), study.name, measure,
                                  parameters={study.size_name: sizes, "repeats": repeats}, mode=mode, run_id=run_id,

@@ -90,12 +90,15 @@ class VggStudy(Study):
         if frame.empty:
             return None
         out = pd.DataFrame({"Source (write-up, GPU)": frame["seed"] + ", " + frame["gpu"],
-                            "Reported change [GFLOP/s]": frame["reported_change_gflops"].map(lambda v: f"{v:+g}"),
+                            "Reported change [GFLOP/s]": frame["reported_change_gflops"].map(
+                                lambda v: "not measured" if pd.isna(v) else f"{v:+g}"),
                             "Its evidence": frame["evidence"]})
         return styled(out, "Reported by the write-up: the change against its previous step, in GFLOP/s "
                            "(its GPU; not measured here).")
 
     def expectations(self, chapter) -> list[str]:
+        import pandas as pd
+
         from ..chapter import load_recorded
         from ..report import find_record
 
@@ -126,7 +129,10 @@ class VggStudy(Study):
         for _, row in self.reported_frame(chapter.variant).iterrows():
             before = load_recorded(self, previous.slug, prefer_run=chapter.session.run.run_id) if previous else None
             theirs = find_record(before.records, "gflops", "B1") if before is not None and before.correct else None
-            if mine and theirs:
+            if mine and theirs and pd.isna(row["reported_change_gflops"]):
+                lines.append(f"The write-up proposes this change (`{row['seed']}`) but reports no measurement of it; "
+                             f"here it is {mine['value'] - theirs['value']:+,.0f} GFLOP/s.")
+            elif mine and theirs:
                 change = mine["value"] - theirs["value"]
                 agree = (change > 0) == (row["reported_change_gflops"] > 0)
                 lines.append(f"The write-up reports {row['reported_change_gflops']:+g} GFLOP/s for this change "

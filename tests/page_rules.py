@@ -1,0 +1,151 @@
+"""Rules a built page must keep, read from its HTML (tests/test_book.py applies them to the real
+book, tests/test_page_rules.py to fabricated pages, so each rule is shown to fail when it should).
+
+- No image carries an inline size (``style="width:…px;height:…px"``), which would beat the
+  stylesheet and draw the figure at a wrong aspect ratio.
+- No table's key columns are off-screen at 1280 px: each column's width is estimated from its
+  longest cell (the tables do not wrap), and the right edge of the last key column (the first
+  column and those holding the comparison: this step, its changes, speed-ups, times, % of floor)
+  must fall inside the reading column.
+- Every metric a sentence cites is a row or column of a table on that page.
+- No typed number in prose: a number with a unit (ms, µs, GFLOP/s, GB/s, %, ×) in a sentence must
+  be one the page's outputs show, unless the paragraph quotes a write-up (tests/test_quotes.py
+  checks those) or is a prediction (written before measuring).
+"""
+
+from __future__ import annotations
+
+import re
+
+from bs4 import BeautifulSoup
+
+#: The reading column at a 1280 px window with book/_static/kernelbook.css: 1280 minus the
+#: navigation (15rem), the "on this page" column (11rem), the article's padding and a scrollbar.
+ARTICLE_PX = 800
+#: Tables are set at 0.8 of a 16 px font: ~7 px per character, 0.45em of padding on each side.
+CHAR_PX = 7.0
+PAD_PX = 12.0
+#: Cells of a ``kernelbook-wrap`` table break over lines at 34em (book/_static/kernelbook.css).
+WRAP_CHARS = 60
+KEY_HEADER = re.compile(r"^(This step|vs (previous|baseline)|speed-up|Speed-up|Time$|Its time|% of its floor|"
+                        r"Op Time [12]$|Op 1 \+ Op 2|Verdict|Limit$|Value$)")
+SEED = re.compile(r"\d{3}_[0-9a-f]{16}\.txt")
+#: What prose may call a metric, and the label its table row or column carries.
+METRIC_WORDS = {
+    r"bank conflicts?": "Shared bank conflicts",
+    r"theoretical occupancy": "Theoretical occupancy",
+    r"achieved occupancy": "Achieved occupancy",
+    r"instruction counts?|warp instructions": "Warp instructions",
+    r"tensor pipe": "Tensor pipe",
+    r"L1 hit": "L1 hit",
+    r"L2 hit": "L2 hit",
+    r"DRAM bytes": "DRAM bytes",
+    r"active threads per warp": "Active threads/warp",
+}
+UNIT = r"(ms|µs|s|GFLOP/s|TFLOP/s|GB/s|%|×)"
+#: A number and its unit; "×" only as a ratio ("2.4×"), not as a dimension ("5 × 5", "2×2").
+NUMBER_WITH_UNIT = re.compile(r"(?<![\w.×])(\d[\d,]*(?:\.\d+)?)\s?" + UNIT + r"(?![\w/])(?!\s?(?:\d|[A-Z]\b))")
+TO_MS = {"s": 1000.0, "ms": 1.0, "µs": 1e-3}
+
+
+def soup(text: str) -> BeautifulSoup:
+    return BeautifulSoup(text, "html.parser")
+
+
+def article(page: BeautifulSoup):
+    return page.find("article") or page
+
+
+def inline_image_sizes(page: BeautifulSoup) -> list[str]:
+    """Every image whose inline style sets a width or height in pixels."""
+    bad = []
+    for img in article(page).find_all("img"):
+        style = (img.get("style") or "").replace(" ", "")
+        if re.search(r"(^|;)(width|height):\d", style):
+            bad.append(f"{img.get('src', '')[:60]} style={img.get('style')}")
+    return bad
+
+
+def table_columns(table) -> tuple[list[str], list[float]]:
+    """(headers, estimated width of each column in px): the longest cell of each column."""
+    rows = [[c.get_text(" ", strip=True) for c in tr.find_all(["th", "td"])] for tr in table.find_all("tr")]
+    rows = [r for r in rows if r]
+    if not rows:
+        return [], []
+    headers = rows[0]
+    if table.find("thead") is not None:  # header cells wrap between words (kernelbook.css): their longest word counts
+        rows = [[max(h.split(), key=len, default="") for h in headers]] + rows[1:]
+    n = max(len(r) for r in rows)
+    widths = [0.0] * n
+    wrap = "kernelbook-wrap" in (table.get("class") or [])
+    for r in rows:
+        for i, cell in enumerate(r):
+            chars = min(len(cell), WRAP_CHARS) if wrap else len(cell)
+            widths[i] = max(widths[i], chars * CHAR_PX + PAD_PX)
+    return headers + [""] * (n - len(headers)), widths
+
+
+def offscreen_key_columns(page: BeautifulSoup, limit: float = ARTICLE_PX) -> list[str]:
+    """Tables whose last key column ends beyond ``limit`` px: what a reader at 1280 px cannot see
+    without scrolling sideways."""
+    bad = []
+    for table in article(page).find_all("table", class_="kernelbook-table"):
+        headers, widths = table_columns(table)
+        if not widths:
+            continue
+        keys = [0] + [i for i, h in enumerate(headers) if KEY_HEADER.match(h)]
+        edge = sum(widths[: max(keys) + 1])
+        if edge > limit:
+            caption = table.find("caption")
+            name = caption.get_text(" ", strip=True)[:80] if caption else " | ".join(headers[:4])
+            bad.append(f"{name!r}: key column {headers[max(keys)]!r} ends at ~{edge:.0f} px (> {limit:.0f})")
+    return bad
+
+
+def _prose_blocks(page: BeautifulSoup) -> list[str]:
+    """The text of the page's own paragraphs and list items, outside every code cell."""
+    out = []
+    for node in article(page).find_all(["p", "li"]):
+        if node.find_parent(class_=re.compile(r"\bcell\b")) or node.find_parent(["table", "dl", "details"]):
+            continue
+        out.append(node.get_text(" ", strip=True))
+    return out
+
+
+def _outputs_text(page: BeautifulSoup) -> str:
+    return " ".join(c.get_text(" ", strip=True) for c in article(page).find_all(class_="cell_output"))
+
+
+def cited_absent_metrics(page: BeautifulSoup) -> list[str]:
+    """Metrics a sentence names that no table on the page shows."""
+    tables = " ".join(t.get_text(" ", strip=True) for t in article(page).find_all("table")).lower()
+    bad = []
+    for text in _prose_blocks(page):
+        for pattern, label in METRIC_WORDS.items():
+            if re.search(pattern, text, re.I) and label.lower() not in tables:
+                bad.append(f"cites {pattern!r} but no table shows {label!r}: {text[:100]}")
+    return bad
+
+
+def _values(text: str) -> list[tuple[float, str, float]]:
+    """(value, unit kind, rounding half-step) of every number-with-unit in ``text``; times in ms."""
+    out = []
+    for number, unit in NUMBER_WITH_UNIT.findall(text):
+        decimals = len(number.split(".")[1]) if "." in number else 0
+        value = float(number.replace(",", ""))
+        scale = TO_MS.get(unit, 1.0)
+        out.append((value * scale, "time" if unit in TO_MS else unit, 0.5 * 10 ** -decimals * scale))
+    return out
+
+
+def typed_numbers(page: BeautifulSoup) -> list[str]:
+    """Numbers with units in prose that the page's outputs do not show, to the prose's precision."""
+    shown = _values(_outputs_text(page))
+    bad = []
+    for text in _prose_blocks(page):
+        if SEED.search(text) or text.startswith(("Prediction.", "Prediction ")):
+            continue
+        for value, kind, half_step in _values(text):
+            if not any(k == kind and abs(v - value) <= max(half_step, h, abs(value) * 1e-3) for v, k, h in shown):
+                bad.append(f"{value:g} {kind} typed in prose, shown nowhere on the page: {text[:100]}")
+    return bad
