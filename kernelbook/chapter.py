@@ -60,6 +60,13 @@ class Chapter(session_mod.RecordingView):
         return pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in self.records])
 
     # ------------------------------------------------------------------ sections
+    # A step no recorded run holds yet (added after the last run, replayed without a GPU) still
+    # makes a page: its banner says "Not recorded", every section below says so in its place.
+
+    def _not_recorded(self, caption: str):
+        from .report import message_table
+
+        return message_table(f"{self.step.slug}: not recorded yet.", caption)
 
     def banner(self):
         from .report import banner
@@ -78,6 +85,8 @@ class Chapter(session_mod.RecordingView):
 
         from .evidence import compiler
 
+        if self.session is None:
+            return self._not_recorded("The compiler's report of the timed build")
         found = compiler.for_chapter(self)
         notes = self.register_notes(found)
         if notes:
@@ -127,14 +136,19 @@ class Chapter(session_mod.RecordingView):
                 f"Both count registers per thread of one build; here {why}. What the profiler tables show "
                 f"(occupancy included) follows from Nsight Compute's {b:.0f}."
                 for (kernel, a, b, why), cases in grouped.items()]
+
     def correctness(self):
         from .report import check_table
 
+        if self.session is None:
+            return self._not_recorded("Checks against float64")
         return check_table(self)
 
     def milestone(self):
         from .report import milestone_table
 
+        if self.session is None:
+            return self._not_recorded("Measurements")
         return milestone_table(self)
 
     def reported(self):
@@ -164,6 +178,9 @@ class Chapter(session_mod.RecordingView):
         from . import plots
         from .report import delta_table
 
+        if self.session is None:
+            display(self._not_recorded("Against the baseline and the previous step"))
+            return None
         steps = self.comparison()
         display(delta_table(steps))
         return plots.step_deltas(steps)
@@ -171,11 +188,15 @@ class Chapter(session_mod.RecordingView):
     def profiler(self, profile: bool = True):
         from .evidence import ncu
 
+        if self.session is None:
+            return self._not_recorded("Nsight Compute")
         return ncu.show_chapter(self, profile=profile)
 
     def verdict_lines(self, metric: str | None = None) -> list[str]:
         from .report import step_verdict
 
+        if self.session is None:
+            return [f"{self.step.slug}: not recorded yet; the verdict comes from its first recorded run."]
         return (step_verdict(self.comparison(), metric=metric or self.study.time_metric)
                 + self.study.expectations(self))
 
@@ -230,8 +251,9 @@ def run_chapter(study: Study, step: str, params: dict | None = None, case_params
             records += study.measure(impl, merged, chosen, repeats, warmup, extra_options)
         return session_mod.Measurement(records, check_rows)
 
+    # required=False: replaying a step that no run holds yet gives a page that says so
     recording = session_mod.recorded(study.part(entry.slug), study.name, measure, parameters=parameters,
-                                     mode=mode, run_id=run_id, replay_run=replay_run, compare=asked)
+                                     mode=mode, run_id=run_id, replay_run=replay_run, compare=asked, required=False)
     return Chapter(study, entry, recording)
 
 

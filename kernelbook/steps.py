@@ -77,7 +77,8 @@ class StepImpl:
     graph_capturable: ClassVar[bool] = True  # False when launch() uses streams of its own
     #: The arithmetic unit the step's products run on, for its floor: fp32 (CUDA cores), fp16x2
     #: (__half2 on CUDA cores), tf32 or fp16 (tensor cores), 3xtf32 or 3xfp16 (three tensor-core
-    #: products per product, for FP32 accuracy). ``math_for`` answers per problem.
+    #: products per product, for FP32 accuracy), tf32+2xbf16 (one TF32 and two BF16 products).
+    #: ``math_for`` answers per problem.
     math: ClassVar[str] = "fp32"
     step: "Step"                          # set by StepList
     step_list: "StepList"                 # set by StepList: the study's steps, for ``other``

@@ -108,12 +108,12 @@ def test_pool_drops_the_odd_last_row_and_column():
 
 def test_step_list_is_consistent_with_the_kernel_files():
     assert STEPS.study == "vgg"
-    assert STEPS.slugs()[0] == "baseline" and STEPS.slugs()[-1] == "final"
+    assert STEPS.slugs()[0] == "baseline" and "final" in STEPS.slugs()
     for step in STEPS:
         assert (paths.kernels_dir() / step.source).is_file(), step.source
         impl = STEPS.impl(step.slug)
-        assert impl.kernel_names and impl.precision in ("fp32", "tf32", "3xtf32")
-        assert impl.tolerance == (5e-3 if impl.precision == "tf32" else 1e-5)
+        assert impl.kernel_names and impl.precision in ("fp32", "tf32", "fp16", "3xtf32")
+        assert impl.tolerance == (5e-3 if impl.precision in ("tf32", "fp16") else 1e-5)
     stems = {s.stem for s in STEPS}
     for path in (paths.kernels_dir() / "vgg").glob("[0-9][0-9]_*.cu"):
         assert path.stem in stems, f"{path.name} is numbered like a step but is not in the list"
@@ -187,10 +187,12 @@ def test_forward_without_a_gpu_says_so(no_gpu):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 @pytest.mark.parametrize("slug", STEPS.slugs())
 def test_every_step_compiles_for_sm90(slug, tmp_path):
+    """sm_90, or sm_90a for the steps that use Hopper-only instructions (their ``arch``)."""
     impl = STEPS.impl(slug)
     shape = CASES["B1"]
     source = impl.source_for(impl.params(), shape)  # the final step runs step 09's kernels at K = 5
-    cubin, report = kernels.compile_cubin(source, impl.defines(impl.params(), shape), out=tmp_path / "k.cubin")
+    cubin, report = kernels.compile_cubin(source, impl.defines(impl.params(), shape), arch=getattr(impl, "arch", "sm_90"),
+                                          out=tmp_path / "k.cubin")
     assert cubin.stat().st_size > 0
     names = {r.name for r in report}
     for kernel in (impl.kernel_names if source == impl.source else ()):
@@ -249,3 +251,48 @@ def test_winograd_refuses_kernel_sizes_without_tables_and_final_falls_back():
     assert final.uses_winograd(ConvPoolShape(1, 4, 8, 8, 4, 5))
     assert not final.uses_winograd(ConvPoolShape(1, 4, 8, 8, 4, 9))
     final.validate(ConvPoolShape(1, 4, 8, 8, 4, 9), final.params())
+
+
+# ----------------------------------------------------------------------------- steps 11-14 (Hopper)
+
+HOPPER = ["hopper-tf32", "hopper-fp16", "hopper-3xtf32", "hopper-split"]
+
+
+@pytest.mark.parametrize("slug", HOPPER)
+def test_hopper_steps_refuse_what_they_cannot_run(slug):
+    impl = STEPS.impl(slug)
+    with pytest.raises(ShapeError, match="odd kernel sizes up to 15"):
+        impl.validate(ConvPoolShape(1, 4, 40, 40, 4, 17), impl.params())
+    huge = ConvPoolShape(42, 512, 224, 224, 8, 3)    # x fits int32 indexing; the packed copy does not fit 8 GiB
+    if impl.mode >= 2:
+        with pytest.raises(ShapeError, match="workspace"):
+            impl.validate(huge, impl.params())
+
+
+def test_hopper_fp16_takes_fp16_or_bf16_operands_only():
+    impl = STEPS.impl("hopper-fp16")
+    impl.validate(SMALL, impl.params(operand="bf16"))
+    assert impl.defines(impl.params(operand="bf16"), SMALL)["HOPPER_BF16"] == 1
+    with pytest.raises(ParameterError, match="operand"):
+        impl.validate(SMALL, impl.params(operand="fp8"))
+
+
+@pytest.mark.parametrize("slug", HOPPER)
+def test_hopper_launch_is_one_persistent_block_per_sm(slug):
+    impl = STEPS.impl(slug)
+    grid, block, smem = impl.geometry(CASES["B1"], impl.params())
+    assert grid[0] <= 132 and block == (384, 1, 1) and 192 * 1024 < smem <= 227 * 1024
+    small = ConvPoolShape(1, 3, 8, 16, 5, 3)    # one tile: one block
+    assert impl.geometry(small, impl.params())[0] == (1, 1, 1)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("slug", HOPPER)
+@pytest.mark.parametrize("k", [1, 15])
+def test_hopper_steps_compile_for_the_smallest_and_largest_kernel(slug, k, tmp_path):
+    impl = STEPS.impl(slug)
+    shape = ConvPoolShape(1, 8, 16, 16, 8, k)
+    _, report = kernels.compile_cubin(impl.source, impl.defines(impl.params(), shape), arch=impl.arch,
+                                      out=tmp_path / "k.cubin")
+    assert {"hopper_conv_pool", "hopper_pack"} <= {r.name for r in report}
+    assert all(r.spill_store_bytes == 0 for r in report)

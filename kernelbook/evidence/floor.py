@@ -17,14 +17,16 @@ from .vendor import vendor as vendor_recording
 #: The measured ceiling each arithmetic unit runs at, and how many products it spends per product.
 UNITS = {"fp32": ("fp32_gflops", 1.0), "fp16x2": ("fp32_gflops", 0.5), "tf32": ("tf32_tensor_gflops", 1.0),
          "fp16": ("fp16_tensor_gflops", 1.0), "3xtf32": ("tf32_tensor_gflops", 3.0),
-         "3xfp16": ("fp16_tensor_gflops", 3.0)}
+         "3xfp16": ("fp16_tensor_gflops", 3.0),
+         # one TF32 product plus two BF16 products (BF16 runs at twice TF32's rate): 2 TF32 products
+         "tf32+2xbf16": ("tf32_tensor_gflops", 2.0)}
 
 
 def floor_ms(problem, ceilings, math: str = "fp32") -> float | None:
     """max(bytes / bandwidth, FLOPs / rate of the unit ``math``) in ms; ``ceilings`` is a
     ``Ceilings`` or a dict; None when a ceiling is missing. ``fp16x2`` (``__half2`` FMAs on CUDA
     cores) does two products per FP32 slot; ``3xtf32``/``3xfp16`` spend three tensor-core
-    products per product."""
+    products per product, ``tf32+2xbf16`` one TF32 and two BF16 products (two TF32 products' time)."""
     values = ceilings.values if isinstance(ceilings, Ceilings) else ceilings
     rate_name, cost = UNITS[math]
     bandwidth, speed = values.get("copy_gbs"), values.get(rate_name)

@@ -4,7 +4,8 @@
                      1, 3, 5, 7), plus the full layer (B=1) checked at sampled pooled positions
                      against float64 (``reference_at``; the whole layer in float64 on a CPU would
                      take minutes)
-- ``vendor_runs``    cuDNN through PyTorch: conv2d + bias, ReLU, max_pool2d in FP32, TF32, FP16
+- ``vendor_runs``    cuDNN through PyTorch: conv2d + bias, ReLU, max_pool2d in FP32, TF32, FP16,
+                     each with NCHW tensors and with channels_last (NHWC) tensors
 
 The harness's loops on this study, by step name (``check_step``, ``measure_step``,
 ``measure_vendor``, ``launch_once``), are in ``study.py`` beside the study object.
@@ -93,8 +94,9 @@ def check_cases(impl, params: dict, n_random: int, rng: np.random.Generator, ful
 
 def vendor_runs(cases, seed: int = 0, variants=None):
     """cuDNN through PyTorch: ``max_pool2d(relu(conv2d(x, w, b, padding=K//2)), 2)`` per case and
-    precision (``cudnn-fp32`` with TF32 off, ``cudnn-tf32``, ``cudnn-fp16``), checked against
-    float64 at sampled pooled outputs."""
+    precision (``cudnn-fp32`` with TF32 off, ``cudnn-tf32``, ``cudnn-fp16``), each also with x and
+    w in channels_last memory format (``...-channels-last``; the output's layout is cuDNN's
+    choice), checked against float64 at sampled pooled outputs."""
     import torch
     import torch.nn.functional as F
 
@@ -112,10 +114,12 @@ def vendor_runs(cases, seed: int = 0, variants=None):
             idx = tuple(np.array(p) for p in zip(*positions))
             ref = reference_at(x, w, b, positions)
             for variant in variants:
-                dtype = torch.float16 if variant == "cudnn-fp16" else torch.float32
+                dtype = torch.float16 if "fp16" in variant else torch.float32
                 tx, tw, tb = (torch.from_numpy(a).cuda().to(dtype) for a in (x, w, b))
-                torch.backends.cudnn.allow_tf32 = variant == "cudnn-tf32"
-                torch.backends.cuda.matmul.allow_tf32 = variant == "cudnn-tf32"
+                if variant.endswith(CHANNELS_LAST):   # NHWC storage: cuDNN's faster layout on the H100
+                    tx, tw = (t.contiguous(memory_format=torch.channels_last) for t in (tx, tw))
+                torch.backends.cudnn.allow_tf32 = "tf32" in variant
+                torch.backends.cuda.matmul.allow_tf32 = "tf32" in variant
                 torch.backends.cudnn.benchmark = True
 
                 def call(tx=tx, tw=tw, tb=tb, k=shape.K):
@@ -136,4 +140,6 @@ def vendor_runs(cases, seed: int = 0, variants=None):
          torch.backends.cudnn.benchmark) = saved
 
 
-VENDOR_VARIANTS = ("cudnn-fp32", "cudnn-tf32", "cudnn-fp16")
+CHANNELS_LAST = "-channels-last"
+VENDOR_VARIANTS = ("cudnn-fp32", "cudnn-tf32", "cudnn-fp16",
+                   "cudnn-fp32-channels-last", "cudnn-tf32-channels-last", "cudnn-fp16-channels-last")

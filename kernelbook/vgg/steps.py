@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..steps import Step, StepList
 from .final import Final, Winograd
+from .hopper import Hopper3xTF32, HopperFP16, HopperSplit, HopperTF32
 from .impls import (TF32, Baseline, InputsShared, RegisterTiled, ThreeTF32, TwoPhaseWeights, WeightsOnTheFly,
                     WeightsRegisters, WeightsShared)
 
@@ -19,4 +20,10 @@ STEPS = StepList("vgg", [
     Step(8, "3xtf32", "08_3xtf32", "FP32 accuracy on tensor cores: 3xTF32", ThreeTF32),
     Step(9, "winograd", "09_winograd", "Winograd F(2×2, 5×5) in FP32", Winograd),
     Step(10, "final", "10_final", "Final: the fastest FP32-accurate kernel", Final),
+    Step(11, "hopper-tf32", "11_hopper_tf32", "Hopper's own path: TMA + wgmma implicit GEMM in TF32", HopperTF32,
+         builds_on="tf32"),
+    Step(12, "hopper-fp16", "12_hopper_fp16", "Hopper's path with FP16 operands", HopperFP16),
+    Step(13, "hopper-3xtf32", "13_hopper_3xtf32", "FP32-accurate on Hopper's path: 3xTF32 split in the pack",
+         Hopper3xTF32, builds_on="hopper-tf32"),
+    Step(14, "hopper-split", "14_hopper_split", "FP32-accurate with the cross terms on BF16", HopperSplit),
 ])

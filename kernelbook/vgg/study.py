@@ -79,6 +79,12 @@ class VggStudy(Study):
             {"what": "FP32-accurate on tensor cores", "case": "B1", "limit_ms": 1.5, "steps": ["3xtf32"],
              "vendor": "cudnn-fp32"},
             {"what": "TF32 on tensor cores", "case": "B1", "limit_ms": 0.5, "steps": ["tf32"], "vendor": "cudnn-tf32"},
+            {"what": "TF32 on Hopper's path (TMA + wgmma)", "case": "B1", "limit_ms": 0.45, "steps": ["hopper-tf32"],
+             "vendor": "cudnn-tf32-channels-last"},
+            {"what": "FP16 on Hopper's path", "case": "B1", "limit_ms": 0.25, "steps": ["hopper-fp16"],
+             "vendor": "cudnn-fp16-channels-last"},
+            {"what": "FP32-accurate on Hopper's path", "case": "B1", "limit_ms": 1.2,
+             "steps": ["hopper-3xtf32", "hopper-split"], "vendor": "cudnn-fp32"},
         ]
 
     def reported(self, step: str):
