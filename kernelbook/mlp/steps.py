@@ -29,4 +29,8 @@ STEPS = StepList("mlp", [
     Step(14, "tensor-core-fp16", "14_tensor_core_fp16", "Fully fused on tensor cores in FP16", t.TensorCoreHalf),
     Step(15, "final", "15_final", "Final: the fastest FP32-accurate kernel per test case", t.Final,
          builds_on="tensor-core-3xtf32"),
+    Step(16, "fp32-register-tiled", "16_fp32_register_tiled", "FP32 on CUDA cores, register-tiled and fused",
+         i.RegisterTiled, builds_on="whole-net-registers"),
+    Step(17, "final-full-range", "17_final_full_range", "Final: FP32-accurate over FP32's whole range (scaled 3xFP16)",
+         t.FinalFullRange, builds_on="final"),
 ])

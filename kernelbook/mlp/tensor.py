@@ -118,3 +118,36 @@ class Final(TensorCore3xTF32):
                 self.kernel(name, params, shape)(grid, block, (x, packed, y, np.int32(shape.N)),
                                                  shared_mem=self.smem[name][0])
         return y
+
+
+class FinalFullRange(MlpImpl):
+    math = "3xfp16"
+    """Step 17: step 15's 3xFP16 arithmetic with per-column power-of-two scaling chosen from the
+    data (per layer for the weights), detection of what the scaling cannot represent, and step
+    13's 3xTF32 arithmetic for those tiles: FP32-accurate over float's whole range."""
+
+    kernel_names = ("fullRange3xFP16Kernel",)
+    defaults = {"warps": 8, "m_tiles": 1, "nt_groups": 2, "blocks_per_sm": 1}
+    packing = staticmethod(pack.full_range)
+    static_smem = 39488
+
+    def defines(self, params, shape):
+        return {"WARPS": params["warps"], "M_TILES": params["m_tiles"], "NT_GROUPS": params["nt_groups"]}
+
+    def check_params(self, params):
+        _int_param(params, "warps", range(1, 13), "pass warps between 1 and 12 (150 registers a thread).")
+        _int_param(params, "m_tiles", (1, 2), "pass m_tiles=1 or 2 (16 columns each; 2 spills on the cold path).")
+        _int_param(params, "nt_groups", (1, 2, 4), "pass nt_groups=1, 2 or 4 (n-tiles whose lo sums are live at once).")
+        _int_param(params, "blocks_per_sm", range(1, 33), "pass blocks_per_sm, e.g. 1.")
+
+    def plan(self, shape, params):
+        tiles = -(-shape.N // (16 * params["m_tiles"]))
+        grid = self.persistent_grid(-(-tiles // params["warps"]), params["blocks_per_sm"])
+        return [(self.kernel_names[0], (grid, 1, 1), (32 * params["warps"], 1, 1))]
+
+    def exact_only(self, prepared) -> bool:
+        """True when these weights send every tile down the exact 3xTF32 path (host-side flag)."""
+        return bool(prepared.extra["split"][-8:-4].get().view(np.int32)[0])
+
+    def args(self, name, y, x, w, n):
+        return (x, w.extra["split"], w.extra["packed"], y, np.int32(n))
