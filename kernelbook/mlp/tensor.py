@@ -68,6 +68,10 @@ class Final(TensorCore3xTF32):
     with its own launch shape (``small_*`` up to ``switch_columns`` columns, ``large_*`` above)."""
 
     kernel_names = ("fusedTensorCore3xTF32Kernel", "fusedTensorCore3xFP16Kernel")
+    # 3xFP16 keeps half's exponent range: FP32-accurate only while every value stays between about
+    # 6e-5 and 6.5e4 (the range test fails it; tests/test_mlp_gpu.py keeps that true). Step 17 is
+    # the study's FP32-accurate final over float's whole range.
+    full_range = False
     choices = {"3xtf32": kernel_names[0], "3xfp16": kernel_names[1]}
     smem = {kernel_names[0]: (74272, 0), kernel_names[1]: (0, 39456)}   # (dynamic, static) bytes
     defaults = {"small_kernel": "3xfp16", "small_warps": 4, "small_m_tiles": 2, "small_blocks_per_sm": 2,
