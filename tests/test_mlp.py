@@ -153,8 +153,8 @@ def test_arguments_are_checked_before_any_launch():
     ("final", {"large_warps": 0}, ParameterError),
     ("fp32-register-tiled", {"ring": 3}, ParameterError),
     ("fp32-register-tiled", {"warps": 9}, ParameterError),
-    ("final-full-range", {"nt_groups": 3}, ParameterError),
-    ("final-full-range", {"m_tiles": 4}, ParameterError),
+    ("final-full-range", {"warps": 13}, ParameterError),
+    ("final-full-range", {"m_tiles": 2}, ParameterError),
 ])
 def test_bad_parameters_are_refused(slug, params, error):
     x = data.make_signals(8, 2)

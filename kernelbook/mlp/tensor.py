@@ -131,17 +131,16 @@ class FinalFullRange(MlpImpl):
     13's 3xTF32 arithmetic for those tiles: FP32-accurate over float's whole range."""
 
     kernel_names = ("fullRange3xFP16Kernel",)
-    defaults = {"warps": 8, "m_tiles": 1, "nt_groups": 2, "blocks_per_sm": 1}
+    defaults = {"warps": 8, "m_tiles": 1, "blocks_per_sm": 1}
     packing = staticmethod(pack.full_range)
     static_smem = 39488
 
     def defines(self, params, shape):
-        return {"WARPS": params["warps"], "M_TILES": params["m_tiles"], "NT_GROUPS": params["nt_groups"]}
+        return {"WARPS": params["warps"], "M_TILES": params["m_tiles"]}
 
     def check_params(self, params):
-        _int_param(params, "warps", range(1, 13), "pass warps between 1 and 12 (150 registers a thread).")
-        _int_param(params, "m_tiles", (1, 2), "pass m_tiles=1 or 2 (16 columns each; 2 spills on the cold path).")
-        _int_param(params, "nt_groups", (1, 2, 4), "pass nt_groups=1, 2 or 4 (n-tiles whose lo sums are live at once).")
+        _int_param(params, "warps", range(1, 13), "pass warps between 1 and 12 (152 registers a thread).")
+        _int_param(params, "m_tiles", (1,), "pass m_tiles=1 (16 columns a warp; 2 needs more than 255 registers).")
         _int_param(params, "blocks_per_sm", range(1, 33), "pass blocks_per_sm, e.g. 1.")
 
     def plan(self, shape, params):

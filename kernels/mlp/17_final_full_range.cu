@@ -165,54 +165,6 @@ static __device__ __noinline__ void exact_tile(const float *__restrict__ x, cons
 }
 
 // ---------------------------------------------------------------- the scaled 3xFP16 path
-#ifndef NT_GROUPS
-#define NT_GROUPS 2
-#endif
-#define NT_G (S_NT / NT_GROUPS)
-
-// One hidden layer on split operands (KS k-steps): acc[m][nt] = bias * 2^S + A * B, with the
-// two lo' products of each n-tile group accumulated apart and folded in as acc + 2^-11 acc_lo.
-template <int KS>
-static __device__ __forceinline__ void layer_groups(float (&acc)[M_TILES][S_NT][4], const unsigned (&ah)[M_TILES][KS][4],
-                                                    const unsigned (&al)[M_TILES][KS][4], const uint4 *frag,
-                                                    const float *bias, const int (&S)[M_TILES][2], int q, int lane)
-{
-#pragma unroll
-    for (int grp = 0; grp < NT_GROUPS; ++grp) {
-        float lo_acc[M_TILES][NT_G][4];
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m) {
-            const float p0 = pow2f(S[m][0]), p1 = pow2f(S[m][1]);
-#pragma unroll
-            for (int t = 0; t < NT_G; ++t) {
-                const int nt = grp * NT_G + t;
-                const float b0 = bias[8 * nt + 2 * q], b1 = bias[8 * nt + 2 * q + 1];
-                acc[m][nt][0] = b0 * p0;
-                acc[m][nt][1] = b1 * p0;
-                acc[m][nt][2] = b0 * p1;
-                acc[m][nt][3] = b1 * p1;
-                lo_acc[m][t][0] = lo_acc[m][t][1] = lo_acc[m][t][2] = lo_acc[m][t][3] = 0.0f;
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < KS; ++j)
-#pragma unroll
-            for (int t = 0; t < NT_G; ++t) {
-                const int nt = grp * NT_G + t;
-                const uint4 b = frag[(j * S_NT + nt) * 32 + lane];
-#pragma unroll
-                for (int m = 0; m < M_TILES; ++m) mma_3xf16_split(acc[m][nt], lo_acc[m][t], ah[m][j], al[m][j], b);
-            }
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m)
-#pragma unroll
-            for (int t = 0; t < NT_G; ++t)
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-                    acc[m][grp * NT_G + t][i] = fmaf(lo_acc[m][t][i], FR_LO_UNSHIFT, acc[m][grp * NT_G + t][i]);
-    }
-}
-
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 fullRange3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict__ packed,
                       const float4 *__restrict__ tf32_packed, float *__restrict__ y, int n)
@@ -280,18 +232,42 @@ fullRange3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict__ pac
             continue;
         }
 
-        // Layer 1 (step 15's, on scaled values); the bias enters scaled like the column. The
-        // operands are split once; the 8 n-tiles go in NT_GROUPS groups, each with its own
-        // short-lived lo accumulators, so that fewer accumulators are live at a time.
-        unsigned xh[M_TILES][S_K1][4], xl[M_TILES][S_K1][4];
+        // Layer 1 (step 15's, on scaled values); the bias enters scaled like the column.
+        float acc[M_TILES][S_NT][4], lo_acc[M_TILES][S_NT][4];
+#pragma unroll
+        for (int m = 0; m < M_TILES; ++m) {
+            const float p0 = pow2f(S[m][0]), p1 = pow2f(S[m][1]);
+#pragma unroll
+            for (int nt = 0; nt < S_NT; ++nt) {
+                const float b0 = bias[8 * nt + 2 * q], b1 = bias[8 * nt + 2 * q + 1];
+                acc[m][nt][0] = b0 * p0;
+                acc[m][nt][1] = b1 * p0;
+                acc[m][nt][2] = b0 * p1;
+                acc[m][nt][3] = b1 * p1;
+                lo_acc[m][nt][0] = lo_acc[m][nt][1] = lo_acc[m][nt][2] = lo_acc[m][nt][3] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < S_K1; ++j) {
+            unsigned hi[M_TILES][4], lo[M_TILES][4];
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) split2_shifted(v[m][j][2 * r], v[m][j][2 * r + 1], hi[m][r], lo[m][r]);
+#pragma unroll
+            for (int nt = 0; nt < S_NT; ++nt) {
+                const uint4 b = f1[(j * S_NT + nt) * 32 + lane];
+#pragma unroll
+                for (int m = 0; m < M_TILES; ++m) mma_3xf16_split(acc[m][nt], lo_acc[m][nt], hi[m], lo[m], b);
+            }
+        }
 #pragma unroll
         for (int m = 0; m < M_TILES; ++m)
 #pragma unroll
-            for (int j = 0; j < S_K1; ++j)
+            for (int nt = 0; nt < S_NT; ++nt)
 #pragma unroll
-                for (int r = 0; r < 4; ++r) split2_shifted(v[m][j][2 * r], v[m][j][2 * r + 1], xh[m][j][r], xl[m][j][r]);
-        float acc[M_TILES][S_NT][4];
-        layer_groups<S_K1>(acc, xh, xl, f1, bias, S, q, lane);
+                for (int i = 0; i < 4; ++i) acc[m][nt][i] = fmaf(lo_acc[m][nt][i], FR_LO_UNSHIFT, acc[m][nt][i]);
+
         // Rescale ReLU(h1) per column: rows g (c = 0) are acc[..][0..1], rows g + 8 acc[..][2..3].
 #pragma unroll
         for (int m = 0; m < M_TILES; ++m)
@@ -317,18 +293,43 @@ fullRange3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict__ pac
             continue;
         }
 
-        unsigned hh[M_TILES][S_K2][4], hl[M_TILES][S_K2][4];
+        float acc2[M_TILES][S_NT][4], lo_acc2[M_TILES][S_NT][4];
 #pragma unroll
-        for (int m = 0; m < M_TILES; ++m)
+        for (int m = 0; m < M_TILES; ++m) {
+            const float p0 = pow2f(S[m][0]), p1 = pow2f(S[m][1]);
 #pragma unroll
-            for (int j = 0; j < S_K2; ++j)
+            for (int nt = 0; nt < S_NT; ++nt) {
+                const float b0 = bias[HIDDEN + 8 * nt + 2 * q], b1 = bias[HIDDEN + 8 * nt + 2 * q + 1];
+                acc2[m][nt][0] = b0 * p0;
+                acc2[m][nt][1] = b1 * p0;
+                acc2[m][nt][2] = b0 * p1;
+                acc2[m][nt][3] = b1 * p1;
+                lo_acc2[m][nt][0] = lo_acc2[m][nt][1] = lo_acc2[m][nt][2] = lo_acc2[m][nt][3] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < S_K2; ++j) {
+            unsigned hi[M_TILES][4], lo[M_TILES][4];
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
                     const float *c = acc[m][2 * j + r / 2] + 2 * (r % 2);
-                    split2_shifted(c[0], c[1], hh[m][j][r], hl[m][j][r]);   // already ReLU'd and scaled
+                    split2_shifted(c[0], c[1], hi[m][r], lo[m][r]);   // already ReLU'd and scaled
                 }
-        float acc2[M_TILES][S_NT][4];
-        layer_groups<S_K2>(acc2, hh, hl, f2, bias + HIDDEN, S, q, lane);
+#pragma unroll
+            for (int nt = 0; nt < S_NT; ++nt) {
+                const uint4 b = f2[(j * S_NT + nt) * 32 + lane];
+#pragma unroll
+                for (int m = 0; m < M_TILES; ++m) mma_3xf16_split(acc2[m][nt], lo_acc2[m][nt], hi[m], lo[m], b);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < M_TILES; ++m)
+#pragma unroll
+            for (int nt = 0; nt < S_NT; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc2[m][nt][i] = fmaf(lo_acc2[m][nt][i], FR_LO_UNSHIFT, acc2[m][nt][i]);
 
 #pragma unroll
         for (int m = 0; m < M_TILES; ++m)
