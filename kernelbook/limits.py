@@ -44,7 +44,16 @@ def current() -> DeviceLimits:
         return H100
     import cupy as cp
 
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    return _device_limits(cp.cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_limits(device_id: int) -> DeviceLimits:
+    """Read once per device: querying every property costs about a millisecond, which a public
+    call that validates its launch must not pay each time."""
+    import cupy as cp
+
+    props = cp.cuda.runtime.getDeviceProperties(device_id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     return DeviceLimits(
         name=name,

@@ -99,7 +99,7 @@ def test_references_agree_and_scaled_measure():
 
 
 def test_step_list_matches_the_kernel_files():
-    assert len(STEPS) == 16 and STEPS.baseline.slug == "baseline"
+    assert len(STEPS) == 18 and STEPS.baseline.slug == "baseline"
     problems = [p for p in STEPS.check_files() if not p.endswith(".md is missing")]
     assert problems == []
     for step in STEPS:
@@ -151,6 +151,10 @@ def test_arguments_are_checked_before_any_launch():
     ("tensor-core-3xtf32", {"m_tiles": 3}, ParameterError),
     ("tensor-core-fp16", {"warps": 40}, ParameterError),
     ("final", {"large_warps": 0}, ParameterError),
+    ("fp32-register-tiled", {"ring": 3}, ParameterError),
+    ("fp32-register-tiled", {"warps": 9}, ParameterError),
+    ("final-full-range", {"warps": 13}, ParameterError),
+    ("final-full-range", {"m_tiles": 2}, ParameterError),
 ])
 def test_bad_parameters_are_refused(slug, params, error):
     x = data.make_signals(8, 2)
@@ -339,3 +343,73 @@ def test_f16_split_fragments_carry_fp32_precision():
     g, q = _lanes()
     first = np.stack([W1[g, 2 * q], W1[g, 2 * q + 1], W1[g, 2 * q + 8], W1[g, 2 * q + 9]], 1)
     assert np.abs(full[:32] - first).max() <= 2e-7 * np.abs(W1).max()
+
+
+# ----------------------------------------------------------------------------- steps 16-17 and the range test
+
+
+def test_register_tiled_packing():
+    """Step 16: W1^T with a zero row 71, units 32..63 shifted to column 36, then W3^T and biases."""
+    p = pack.register_tiled(W)
+    assert p.size == 9640 and p.dtype == np.float32
+    w1t = p[:72 * 68].reshape(72, 68)
+    w2t = p[72 * 68:136 * 68].reshape(64, 68)
+    assert np.array_equal(w1t[:71, :32], W[0][:32].T) and np.array_equal(w1t[:71, 36:], W[0][32:].T)
+    assert not w1t[71].any() and not w1t[:, 32:36].any()
+    assert np.array_equal(w2t[:, :32], W[2][:32].T) and np.array_equal(w2t[:, 36:], W[2][32:].T)
+    tail = p[136 * 68:]
+    assert np.array_equal(tail[:256].reshape(64, 4), W[4].T)
+    assert np.array_equal(tail[256:320], W[1]) and np.array_equal(tail[384:388], W[5])
+
+
+def _full_range_parts(weights):
+    d = pack.full_range(weights)
+    raw = d["split"].tobytes()
+    header = np.frombuffer(raw[-32:], dtype=np.int32)
+    h = np.frombuffer(raw[:-32 - 136 * 4], dtype=np.float16).astype(np.float64).reshape(-1, 32, 8)
+    return d, header, h
+
+
+def test_full_range_packing_scales_each_layer_into_half_range():
+    d, header, h = _full_range_parts(W)
+    ew = header[:3]
+    assert header[6] == 0
+    for W_l, e in zip(W[0::2], ew):
+        assert 2.0**14 <= np.abs(np.ldexp(W_l.astype(np.float64), int(e))).max() < 2.0**15
+    # hi + lo' / 2^11 carries the scaled weight to about 2^-20 of the largest. Each lane's entry
+    # is 8 halves {hi of W[n, k], W[n, k+1], W[n, k+8], W[n, k+9]; lo' of the same}; here the
+    # last 4 entries, layer 3 (k-steps j = 0..3, n = g, k = 16 j + 2 q), against W3 * 2^ew3.
+    approx = h[..., :4] + h[..., 4:] / 2048.0
+    w3 = np.pad(np.ldexp(W[4].astype(np.float64), int(ew[2])), ((0, 4), (0, 0)))
+    g, q = _lanes()
+    for j in range(4):
+        k = 16 * j + 2 * q
+        ref = np.stack([w3[g, k], w3[g, k + 1], w3[g, k + 8], w3[g, k + 9]], 1)
+        assert np.abs(approx[-4 + j] - ref).max() <= 2.0**-19 * np.abs(w3).max()
+    assert np.array_equal(d["packed"], pack.tf32_fragments(W))
+
+
+def test_full_range_packing_flags_what_scaling_cannot_hold():
+    wide = list(W)
+    wide[2] = W[2].copy()
+    wide[2][0, 0] = W[2][0, 0] * np.float32(2.0**-40)   # a span beyond 2^31 inside W2
+    assert _full_range_parts(tuple(wide))[1][6] == 1
+    tiny = tuple(w * np.float32(1e-30) if w.ndim == 2 else w for w in W)
+    assert _full_range_parts(tiny)[1][6] == 0            # uniformly small is only a scale
+
+
+def test_range_cases_cover_the_promised_grid():
+    from kernelbook.mlp import ranges
+
+    rng = np.random.default_rng(0)
+    subset = list(ranges.cases(rng))
+    grid = list(ranges.cases(rng, grid=True))
+    assert len(subset) == 16 and len(grid) == 5 * 125 + 5 + 8
+    mags = [np.abs(x[x != 0]).max() for _, x, _ in grid]
+    assert min(mags) < 2e-6 and max(mags) > 5e5
+    for _, x, w in grid:
+        assert x.dtype == np.float32 and all(a.dtype == np.float32 for a in w)
+    claimed = [s for s in STEPS.slugs() if ranges.claims_full_range(STEPS.impl(s))]
+    assert {"baseline", "whole-net-registers", "tensor-core-3xtf32", "fp32-register-tiled",
+            "final-full-range"} <= set(claimed)
+    assert not {"best", "tensor-core-fp16"} & set(claimed)

@@ -14,6 +14,8 @@ the shipped ones. Every argument is checked before anything is launched.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from ..errors import ShapeError
@@ -32,14 +34,7 @@ def check_call(step: str, x, weights, out=None, **params):
     """
     impl = STEPS.impl(step)
     merged = impl.params(**params)
-    shape_x = tuple(getattr(x, "shape", ()))
-    if len(shape_x) != 2 or shape_x[0] != LAYERS[0]:
-        raise ShapeError(f"x has shape {shape_x}; expected (71, N) with one signal per column.",
-                         "pass x as a (71, N) array (transpose an (N, 71) batch first).")
-    if str(getattr(x, "dtype", "")) != "float32" or not x.flags.c_contiguous:
-        raise ShapeError(f"x must be C-contiguous float32 (got {getattr(x, 'dtype', type(x).__name__)}).",
-                         "convert with cupy.ascontiguousarray(x, dtype=cupy.float32).")
-    shape = MlpShape(check_columns(shape_x[1]))
+    shape = _check_signals(x)
     if isinstance(weights, PreparedWeights):
         raw = weights.raw
         if weights.slug not in ("", impl.slug) and (weights.extra or impl.packing is not None):
@@ -54,11 +49,26 @@ def check_call(step: str, x, weights, out=None, **params):
             raise ShapeError(f"{name} holds {int((~np.isfinite(arr)).sum())} non-finite values.",
                              f"pass finite weights (check how {name} was produced).")
     impl.validate(shape, merged)
+    _check_out(out, shape)
+    return impl, shape, merged, host
+
+
+def _check_signals(x) -> MlpShape:
+    shape_x = tuple(getattr(x, "shape", ()))
+    if len(shape_x) != 2 or shape_x[0] != LAYERS[0]:
+        raise ShapeError(f"x has shape {shape_x}; expected (71, N) with one signal per column.",
+                         "pass x as a (71, N) array (transpose an (N, 71) batch first).")
+    if str(getattr(x, "dtype", "")) != "float32" or not x.flags.c_contiguous:
+        raise ShapeError(f"x must be C-contiguous float32 (got {getattr(x, 'dtype', type(x).__name__)}).",
+                         "convert with cupy.ascontiguousarray(x, dtype=cupy.float32).")
+    return MlpShape(check_columns(shape_x[1]))
+
+
+def _check_out(out, shape: MlpShape) -> None:
     if out is not None:
         if tuple(out.shape) != shape.y_shape or str(out.dtype) != "float32" or not out.flags.c_contiguous:
             raise ShapeError(f"out has shape {tuple(out.shape)} {out.dtype}; expected {shape.y_shape} float32.",
                              "pass out=None to allocate it, or a matching C-contiguous float32 array.")
-    return impl, shape, merged, host
 
 
 def require_gpu() -> None:
@@ -67,13 +77,34 @@ def require_gpu() -> None:
     gpu.require("the MLP kernels")
 
 
+# Weight sets already validated (shapes, dtypes, every value finite: one device->host copy) and
+# prepared (packed) for a step, keyed on the step and the six arrays' identities. forward() pays
+# that copy once per weight set, not once per call.
+_PREPARED: "OrderedDict[tuple, tuple]" = OrderedDict()
+CACHE_SIZE = 8
+
+
+def forget_weights() -> None:
+    """Drop every cached weight set: call it after changing weights IN PLACE (forward treats the
+    six arrays it was given as constant and reuses their validation and packing)."""
+    _PREPARED.clear()
+
+
+def _identity(step: str, weights) -> tuple:
+    raw = weights.raw if isinstance(weights, PreparedWeights) else weights
+    arrays = tuple((id(a), a.data.ptr, a.shape, a.dtype.str) for a in raw)
+    return (step, id(weights) if isinstance(weights, PreparedWeights) else None, arrays)
+
+
 def forward(x, weights, step: str = "baseline", out=None, stream=None, **params):
     """y (4, N) = the network applied to every column of x (71, N), with the kernels of ``step``.
 
     ``x``, ``out`` and the six weights must be CuPy float32 arrays (C-contiguous); ``params``
     are the step's parameters (``STEPS.impl(step).defaults``). Validation happens before any
-    launch. Weights are packed for the step on every call; for repeated calls pass
-    ``STEPS.impl(step).prepare_weights(weights)`` instead of the tuple.
+    launch. The weights are validated (one copy to the host to check every value is finite) and
+    packed for the step once per weight set: later calls with the same six arrays (or the same
+    ``PreparedWeights``) reuse both, so a call costs its launches and a few microseconds. The
+    weights are treated as constant: after changing them in place, call ``forget_weights()``.
     """
     impl = STEPS.impl(step)
     impl.params(**params)
@@ -86,14 +117,30 @@ def forward(x, weights, step: str = "baseline", out=None, stream=None, **params)
         if not isinstance(arr, cp.ndarray):
             raise ShapeError(f"{name} is a {type(arr).__name__}, not a CuPy array.",
                              f"move it to the GPU first: cupy.asarray({name}, dtype=cupy.float32).")
-    impl, shape, merged, _ = check_call(step, x, weights, out, **params)
+    key = _identity(impl.slug, weights) if isinstance(raw, (tuple, list)) and len(raw) == 6 else None
+    cached = _PREPARED.get(key) if key is not None else None
+    if cached is None:
+        impl, shape, merged, _ = check_call(step, x, weights, out, **params)
+        prepared = impl.prepare_weights(weights)
+        if key is not None:
+            _PREPARED[key] = (weights, prepared)   # holding the arrays keeps their ids unique
+            while len(_PREPARED) > CACHE_SIZE:
+                _PREPARED.popitem(last=False)
+    else:
+        _PREPARED.move_to_end(key)
+        prepared = cached[1]
+        merged = impl.params(**params)
+        shape = _check_signals(x)
+        impl.validate(shape, merged)
+        _check_out(out, shape)
     if out is None:
         out = cp.empty(shape.y_shape, dtype=cp.float32)
-    impl.launch(out, x, weights, shape, merged, stream=stream)
+    impl.launch(out, x, prepared, shape, merged, stream=stream)
     return out
 
 
 from .study import STUDY  # noqa: E402  (the study object needs the functions above)
 
-__all__ = ["CASES", "LAYERS", "MlpShape", "NAME", "PreparedWeights", "STEPS", "STUDY", "check_call", "forward",
+__all__ = ["CASES", "LAYERS", "MlpShape", "NAME", "PreparedWeights", "STEPS", "STUDY", "check_call", "forget_weights",
+           "forward",
            "load_weights", "make_signals", "make_weights"]

@@ -62,6 +62,7 @@ class MlpImpl(StepImpl):
 
     precision = "fp32"
     measure = "rel_l2"            # "scaled_abs_diff" for the half-precision steps
+    full_range = True             # an FP32 step claims accuracy over float's range: the range test runs
     packing = None                # a function of pack.py, or None
     static_smem = 0               # bytes of static shared memory (as ptxas reports it)
     dynamic_smem = 0
@@ -363,3 +364,53 @@ class Best(MlpImpl):
         if name == "betterOccupancyKernel":
             return (x, e["w1q"], b1, e["w2q"], b2, e["w3q"], b3, y, np.int32(n))
         return (x, e["w1p"], b1, e["w2p"], b2, e["w3p"], b3, y, np.int32(n))
+
+
+class RegisterTiled(MlpImpl):
+    """Step 16: FP32 on CUDA cores, each thread a register tile of 32 units x 4 columns, weights
+    broadcast from shared memory, x streamed through a per-warp cp.async ring of rows."""
+
+    kernel_names = ("fp32RegisterTiledKernel",)
+    defaults = {"warps": 4, "ring": 4, "blocks_per_sm": 2}
+    packing = staticmethod(pack.register_tiled)
+    tile_columns = 64
+    weight_bytes = 4 * 9640
+
+    def smem_bytes(self, params) -> int:
+        """Dynamic shared memory: the packed weights, then per warp its h1 tile and its x ring."""
+        return self.weight_bytes + (16384 + 256 * params["ring"]) * params["warps"]
+
+    def defines(self, params, shape):
+        return {"WARPS": params["warps"], "RING": params["ring"]}
+
+    def check_params(self, params):
+        super().check_params(params)
+        _int_param(params, "warps", range(1, 9), "pass warps between 1 and 8 (each warp needs 18 KB of shared memory).")
+        _int_param(params, "ring", (2, 4, 8), "pass ring=2, 4 or 8 (rows of x in flight per warp).")
+
+    def plan(self, shape, params):
+        tiles = -(-shape.N // self.tile_columns)
+        grid = self.persistent_grid(-(-tiles // params["warps"]), params["blocks_per_sm"])
+        return [(self.kernel_names[0], (grid, 1, 1), (32 * params["warps"], 1, 1))]
+
+    def validate(self, shape, params):
+        self.check_params(params)
+        for name, grid, block in self.plan(shape, params):
+            limits.check_launch(grid, block, self.smem_bytes(params), 0,
+                                what=f"{self.slug}: {name} with warps={params['warps']}, ring={params['ring']}")
+
+    def kernel(self, name, params, problem):
+        fn = kernels.get_kernel(self.module_source(params, problem), name, self.defines(params, problem))
+        fn.max_dynamic_shared_size_bytes = self.smem_bytes(params)
+        return fn
+
+    def args(self, name, y, x, w, n):
+        return (x, w.extra["packed"], y, np.int32(n))
+
+    def launch(self, y, x, weights, shape, params, stream=None):
+        w = self.prepare_weights(weights)
+        with (stream if stream is not None else contextlib.nullcontext()):
+            for name, grid, block in self.plan(shape, params):
+                self.kernel(name, params, shape)(grid, block, self.args(name, y, x, w, shape.N),
+                                                 shared_mem=self.smem_bytes(params))
+        return y

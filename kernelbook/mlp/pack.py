@@ -94,10 +94,11 @@ def f16_fragments(weights) -> np.ndarray:
     return np.frombuffer(b"".join(chunks), dtype=np.uint8).copy()
 
 
-def f16_split_fragments(weights) -> np.ndarray:
+def f16_split_fragments(weights, biases=None, lo_shift: float = 1.0) -> np.ndarray:
     """Step 15's 3xFP16 kernel: as ``f16_fragments`` but each lane's entry is a uint4
-    {b0_hi, b1_hi, b0_lo, b1_lo} with hi = half(w), lo = half(w - hi); then the biases as
-    float32. 39,456 bytes returned as uint8 (kernels/mlp/15_final.cu)."""
+    {b0_hi, b1_hi, b0_lo, b1_lo} with hi = half(w), lo = half((w - hi) * lo_shift); then the
+    biases as float32 (``biases``: 136 floats instead of the weights' own). 39,456 bytes
+    returned as uint8 (kernels/mlp/15_final.cu; step 17 stores lo times 2^11)."""
     W1, _, W2, _, W3, _ = weights
     g, q = _lane_grid()
     W1p, W3p = _pad(W1, HIDDEN, 80), _pad(W3, 8, HIDDEN)
@@ -108,8 +109,69 @@ def f16_split_fragments(weights) -> np.ndarray:
         n = 8 * nt + g[None, None, :]
         k = 16 * j + 2 * q[None, None, :]
         b = np.stack([W[n, k], W[n, k + 1], W[n, k + 8], W[n, k + 9]], axis=-1).astype(np.float32)
-        hi = b.astype(np.float16)
-        lo = (b - hi.astype(np.float32)).astype(np.float16)
+        with np.errstate(over="ignore"):
+            hi = b.astype(np.float16)
+            lo = ((b - hi.astype(np.float32)) * np.float32(lo_shift)).astype(np.float16)
         chunks.append(np.ascontiguousarray(np.concatenate([hi, lo], axis=-1)).tobytes())
-    chunks.append(_biases(weights).tobytes())
+    chunks.append((_biases(weights) if biases is None else np.asarray(biases, np.float32)).tobytes())
     return np.frombuffer(b"".join(chunks), dtype=np.uint8).copy()
+
+
+def register_tiled(weights) -> np.ndarray:
+    """Step 16: W1^T (72 rows: row 71 zero) and W2^T, row stride 68 floats with units 0..31 at
+    0..31 and units 32..63 at 36..67; then W3^T (64 x 4), b1, b2, b3 padded to 8. 9,640
+    float32 (kernels/mlp/16_fp32_register_tiled.cu)."""
+    W1, b1, W2, b2, W3, b3 = weights
+    out = []
+    for W, rows in ((W1, 72), (W2, HIDDEN)):
+        t = np.zeros((rows, 68), np.float32)
+        t[: W.shape[1], 0:32] = W[0:32].T
+        t[: W.shape[1], 36:68] = W[32:64].T
+        out.append(t.ravel())
+    out += [np.ascontiguousarray(W3.T, dtype=np.float32).ravel(), b1, b2, np.pad(b3, (0, 8 - OUT))]
+    return np.ascontiguousarray(np.concatenate(out), dtype=np.float32)
+
+
+FULL_RANGE_SPAN = 31     # FR_SPAN in kernels/mlp/17_final_full_range.cu
+FULL_RANGE_TOP = 14      # FR_TOP - 127: scaled maxima in [2^14, 2^15)
+FULL_RANGE_LO_SHIFT = 2048.0
+
+
+def _exponent_field(a) -> np.ndarray:
+    return (np.abs(np.asarray(a, np.float32)).view(np.uint32) >> 23).astype(np.int64)
+
+
+def full_range(weights) -> dict[str, np.ndarray]:
+    """Step 17: per layer a power of two 2^ew_l puts max |W_l| in [2^14, 2^15); the 3xFP16
+    fragments of the scaled weights (lo stored times 2^11) and the scaled biases
+    (``f16_split_fragments``), then a header of 8 int32 {ew1, ew2, ew3, eb1, eb2, eb3, exact_only,
+    0}, eb_l the exponent of max |b_l 2^ew_l| (-1000 for an all-zero bias): 39,488 bytes as
+    ``"split"``. ``exact_only`` is set when a layer's nonzero magnitudes span more than 2^31 or a
+    scaled value leaves float's range: every tile then takes the exact path, which reads step
+    13's fragments of the unscaled weights (``"packed"``, ``tf32_fragments``)."""
+    scaled, ews, ebs, exact = [], [], [], False
+    for W, b in zip(weights[0::2], weights[1::2]):
+        W = np.asarray(W, np.float32)
+        b = np.asarray(b, np.float32)
+        nonzero = _exponent_field(W[W != 0])
+        ew = 0
+        if nonzero.size:
+            top = int(nonzero.max())
+            exact |= top in (0, 255) or int(nonzero.min()) < top - FULL_RANGE_SPAN
+            ew = 127 + FULL_RANGE_TOP - top
+        if abs(ew) > 125 or not (np.isfinite(W).all() and np.isfinite(b).all()):
+            exact, ew = True, 0
+        with np.errstate(over="ignore"):
+            Ws = np.ldexp(W.astype(np.float64), ew).astype(np.float32)
+            bs = np.ldexp(b.astype(np.float64), ew).astype(np.float32)
+        if not np.isfinite(bs).all():
+            exact, bs = True, b
+        nzb = bs[bs != 0]
+        ebs.append(int(_exponent_field(nzb).max()) - 127 if nzb.size else -1000)
+        ews.append(ew)
+        scaled += [Ws, bs]
+    if exact:
+        scaled = [np.asarray(w, np.float32) for w in weights]
+    body = f16_split_fragments(tuple(scaled), _biases(scaled), lo_shift=FULL_RANGE_LO_SHIFT)
+    header = np.array(ews + ebs + [int(exact), 0], dtype=np.int32).view(np.uint8)
+    return {"split": np.concatenate([body, header]), "packed": tf32_fragments(weights)}

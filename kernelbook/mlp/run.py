@@ -23,6 +23,7 @@ import numpy as np
 from .. import checks, harness
 from ..checks import CheckResult
 from ..study import upload
+from . import ranges
 from .data import load_weights, make_signals, make_weights
 from .problem import MlpShape, case_columns
 from .reference import HALF_THRESHOLD, forward32, forward64, rel_l2, scaled_abs_diff
@@ -49,6 +50,8 @@ def operands(impl, shape: MlpShape, host: tuple) -> tuple:
 
 
 def check_cases(impl, params: dict, n_random: int, rng: np.random.Generator) -> list[harness.CheckCase]:
+    """Fixed and random N; for a step that claims FP32 accuracy, the range test's 16 cases too
+    (``ranges.cases``: inputs and weights from 1e-6 to 1e6, independent scales and mixtures)."""
     columns = list(FIXED_COLUMNS) + [int(v) for v in rng.integers(2, 20001, size=n_random)]
     out = []
     for n in columns:
@@ -57,6 +60,10 @@ def check_cases(impl, params: dict, n_random: int, rng: np.random.Generator) -> 
         x_host = make_signals(n, case_seed + 1)
         out.append(harness.CheckCase(f"N={n}", MlpShape(n), (x_host, host_w),
                                      lambda x=x_host, w=host_w: forward64(x, w)))
+    if ranges.claims_full_range(impl):
+        for label, x_host, host_w in ranges.cases(rng):
+            out.append(harness.CheckCase(label, MlpShape(x_host.shape[1]), (x_host, host_w),
+                                         lambda x=x_host, w=host_w: forward64(x, w)))
     return out
 
 
