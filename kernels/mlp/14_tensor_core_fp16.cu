@@ -15,7 +15,7 @@
 // to 8). 20,000 bytes: static shared memory.
 //
 // Launch: block = 32 * WARPS threads, grid chosen by the host (grid-stride over tiles).
-#include <cuda_fp16.h>
+#include "mma_fragments.cuh"   // mma_f16, pack_relu, pack2
 
 #ifndef WARPS
 #define WARPS 4
@@ -35,26 +35,6 @@
 #define H_F3 (H_K2 * 32)
 #define H_BIAS_FLOATS 136
 #define H_UINT2S (H_F1 + H_F2 + H_F3 + H_BIAS_FLOATS / 2)
-
-static __device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], uint2 b)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
-}
-
-static __device__ __forceinline__ unsigned pack_relu(float lo, float hi)
-{
-    const __half2 h = __floats2half2_rn(fmaxf(lo, 0.0f), fmaxf(hi, 0.0f));
-    return *reinterpret_cast<const unsigned *>(&h);
-}
-
-static __device__ __forceinline__ unsigned pack2(float lo, float hi)
-{
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const unsigned *>(&h);
-}
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 fusedTensorCoreHalfKernel(const float *__restrict__ x, const uint2 *__restrict__ packed,
