@@ -10,6 +10,7 @@ from __future__ import annotations
 
 
 import re
+from pathlib import Path
 
 import pandas as pd
 
@@ -282,8 +283,9 @@ class SourceBlock:
     output's metadata, so that a strict build can refuse a page whose ``.cu`` changed after the
     page was executed (it would show the old source)."""
 
-    def __init__(self, relpath: str, text: str, sha256: str):
+    def __init__(self, relpath: str, text: str, sha256: str, headers: list | None = None):
         self.relpath, self.text, self.sha256 = relpath, text, sha256
+        self.headers = headers or []  # (relpath, text) of the local headers the file includes
 
     def __repr__(self) -> str:
         return f"kernels/{self.relpath}"
@@ -297,6 +299,8 @@ class SourceBlock:
         longest = max((len(m) for m in re.findall(r"`{3,}", self.text)), default=0)
         fence = "`" * max(3, longest + 1)
         body = f"{md_code('kernels/' + self.relpath)}\n\n{fence}cuda\n{self.text}\n{fence}"
+        for path, text in self.headers:  # the shared device code the step includes, shown whole
+            body += f"\n\nIncluded: {md_code('kernels/' + path)}\n\n{fence}cuda\n{text}\n{fence}"
         return body, {SOURCE_METADATA: {"path": f"kernels/{self.relpath}", "sha256": self.sha256}}
 
 
@@ -316,7 +320,23 @@ def show_source(relpath: str, start: str | None = None):
     if start:
         index = text.find(start)
         text = text[index:] if index >= 0 else text
-    return SourceBlock(relpath, text, hashlib.sha256(raw).hexdigest())
+    return SourceBlock(relpath, text, hashlib.sha256(raw).hexdigest(), included_headers(relpath))
+
+
+def included_headers(relpath: str) -> list[tuple[str, str]]:
+    """The local headers (``#include "x.cuh"``) a kernel file includes, depth first, each once."""
+    seen: list[tuple[str, str]] = []
+
+    def walk(rel: str) -> None:
+        path = paths.kernels_dir() / rel
+        for name in re.findall(r'^\s*#include\s+"([^"]+)"', path.read_text(errors="replace"), re.M):
+            child = str((Path(rel).parent / name).as_posix())
+            if (paths.kernels_dir() / child).is_file() and child not in [h for h, _ in seen]:
+                walk(child)
+                seen.append((child, (paths.kernels_dir() / child).read_text(errors="replace")))
+
+    walk(relpath)
+    return seen
 
 
 # ----------------------------------------------------------------------------- grids
