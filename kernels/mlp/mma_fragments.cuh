@@ -6,6 +6,53 @@
 
 #include <cuda_fp16.h>
 
+// ---------------------------------------------------------------- accumulators (steps 13-15)
+
+// Accumulators of M column tiles x NTL n-tiles of m16n8 set to the layer's bias (which starts at
+// bias[offset]): lane (g, q) holds units 8 nt + 2q and 8 nt + 2q + 1 of rows g and g + 8.
+template <int M, int NTL>
+static __device__ __forceinline__ void bias_fragments(float (&acc)[M][NTL][4], const float *bias, int offset, int q)
+{
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int nt = 0; nt < NTL; ++nt) {
+            acc[m][nt][0] = acc[m][nt][2] = bias[offset + 8 * nt + 2 * q];
+            acc[m][nt][1] = acc[m][nt][3] = bias[offset + 8 * nt + 2 * q + 1];
+        }
+}
+
+// The same for the last layer's single n-tile (outputs 2q, 2q + 1).
+template <int M>
+static __device__ __forceinline__ void bias_fragments(float (&out)[M][4], const float *bias, int offset, int q)
+{
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        out[m][0] = out[m][2] = bias[offset + 2 * q];
+        out[m][1] = out[m][3] = bias[offset + 2 * q + 1];
+    }
+}
+
+// The last layer's accumulators into y (outputs x n, column-major by output): lane (g, q) writes
+// outputs 2q, 2q + 1 of columns col0 + 16 m + g and + 8 that are inside n.
+template <int M>
+static __device__ __forceinline__ void store_output_fragments(float *__restrict__ y, const float (&out)[M][4], int col0,
+                                                              int g, int q, int n)
+{
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        const int col = col0 + 16 * m + g;
+        if (col < n) {
+            y[(size_t)(2 * q) * n + col] = out[m][0];
+            y[(size_t)(2 * q + 1) * n + col] = out[m][1];
+        }
+        if (col + 8 < n) {
+            y[(size_t)(2 * q) * n + col + 8] = out[m][2];
+            y[(size_t)(2 * q + 1) * n + col + 8] = out[m][3];
+        }
+    }
+}
+
 // ---------------------------------------------------------------- TF32, m16n8k8 (step 13)
 
 static __device__ __forceinline__ unsigned tf32_bits(float v)

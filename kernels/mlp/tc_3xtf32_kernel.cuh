@@ -45,13 +45,7 @@ fusedTensorCore3xTF32Kernel(const float *__restrict__ x, const float4 *__restric
 
         // Layer 1. acc[m][nt] starts at the bias of units 8 nt + 2q and 8 nt + 2q + 1.
         float acc[M_TILES][TC_NT][4];
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m)
-#pragma unroll
-            for (int nt = 0; nt < TC_NT; ++nt) {
-                acc[m][nt][0] = acc[m][nt][2] = bias[8 * nt + 2 * q];
-                acc[m][nt][1] = acc[m][nt][3] = bias[8 * nt + 2 * q + 1];
-            }
+        bias_fragments(acc, bias, 0, q);
 #pragma unroll
         for (int j = 0; j < TC_K1; ++j) {
             unsigned a_big[M_TILES][4], a_small[M_TILES][4];
@@ -77,13 +71,7 @@ fusedTensorCore3xTF32Kernel(const float *__restrict__ x, const float4 *__restric
 
         // Layer 2: ReLU(acc) is the A fragment (see the k order above).
         float acc2[M_TILES][TC_NT][4];
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m)
-#pragma unroll
-            for (int nt = 0; nt < TC_NT; ++nt) {
-                acc2[m][nt][0] = acc2[m][nt][2] = bias[HIDDEN + 8 * nt + 2 * q];
-                acc2[m][nt][1] = acc2[m][nt][3] = bias[HIDDEN + 8 * nt + 2 * q + 1];
-            }
+        bias_fragments(acc2, bias, HIDDEN, q);
 #pragma unroll
         for (int j = 0; j < TC_K2; ++j) {
             unsigned a_big[M_TILES][4], a_small[M_TILES][4];
@@ -103,11 +91,7 @@ fusedTensorCore3xTF32Kernel(const float *__restrict__ x, const float4 *__restric
 
         // Layer 3: one n-tile of 8 outputs, of which the first 4 exist.
         float out[M_TILES][4];
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m) {
-            out[m][0] = out[m][2] = bias[2 * HIDDEN + 2 * q];
-            out[m][1] = out[m][3] = bias[2 * HIDDEN + 2 * q + 1];
-        }
+        bias_fragments(out, bias, 2 * HIDDEN, q);
 #pragma unroll
         for (int j = 0; j < TC_K2; ++j) {
             const float4 b = f3[j * 32 + lane];
@@ -123,18 +107,7 @@ fusedTensorCore3xTF32Kernel(const float *__restrict__ x, const float4 *__restric
 
         // Lane (g, q) holds outputs 2q, 2q + 1 of columns g and g + 8: only q < 2 are real.
         if (q < OUT / 2) {
-#pragma unroll
-            for (int m = 0; m < M_TILES; ++m) {
-                const int col = col0 + 16 * m + g;
-                if (col < n) {
-                    y[(size_t)(2 * q) * n + col] = out[m][0];
-                    y[(size_t)(2 * q + 1) * n + col] = out[m][1];
-                }
-                if (col + 8 < n) {
-                    y[(size_t)(2 * q) * n + col + 8] = out[m][2];
-                    y[(size_t)(2 * q + 1) * n + col + 8] = out[m][3];
-                }
-            }
+            store_output_fragments(y, out, col0, g, q, n);
         }
     }
 }
