@@ -39,7 +39,8 @@ class Sweep:
     list instead (a product with the impossible corners left out). ``sizes``: the sizes (or, for
     a study with a row per case, the cases) it is timed at, None for the study's defaults;
     ``metric``: the record the sweep compares (``op_time_ms`` or one of the study's
-    ``case_records``); ``repeats``/``warmup``: its timing (None: the study's defaults)."""
+    ``case_records``); ``repeats``/``warmup``: its timing (None: the study's defaults);
+    ``check_shapes``: random shapes checked besides the study's fixed check cases."""
 
     step: str
     axes: dict = field(default_factory=dict)
@@ -48,6 +49,7 @@ class Sweep:
     metric: str = "op_time_ms"
     repeats: int | None = None
     warmup: int | None = None
+    check_shapes: int = 0
     title: str = ""
 
     def configurations(self) -> list[dict]:
@@ -99,20 +101,26 @@ class SweepResult(session_mod.RecordingView):
         return dict(min((r for r in timed if r["batch"] == size), key=lambda r: r["value"])["config"])
 
 
-def _status(study, impl, params: dict, case: str, rng) -> str:
-    """``ok``, ``refused: ...`` or ``failed check: ...`` for one configuration on one case."""
-    found = [c for c in study.check_cases(impl, params, 0, rng) if c.label == case]
-    if not found:
-        return "ok"
-    for c in found:
+def _verdicts(study, impl, params: dict, cases: list, n_random: int, rng) -> dict[str, str]:
+    """``ok``, ``refused: ...`` or ``failed check: ...`` per case for one configuration. As in a
+    chapter's checks (``harness.check``), a case's verdict counts the check cases labelled with it
+    and those labelled with no case (random shapes, fixed check sizes); a case with nothing to
+    check it is not ``ok``."""
+    found = []
+    for c in study.check_cases(impl, params, n_random, rng):
         try:
             impl.validate(c.shape, params)
         except KernelbookError as exc:
-            return f"refused: {exc.message}"
+            found.append((c.label, f"refused: {exc.message}"))
+            continue
         result = harness.check_one(study, impl, params, c)
-        if not result.passed:
-            return f"failed check: {result.error or result.rel_l2_error}"
-    return "ok"
+        found.append((c.label, "ok" if result.passed else
+                      f"failed check: {c.label}: {result.error or f'relative L2 error {result.rel_l2_error:.3g}'}"))
+    verdicts = {}
+    for case in cases:
+        mine = [status for label, status in found if label == case or label not in study.cases]
+        verdicts[case] = next((s for s in mine if s != "ok"), "ok") if mine else "failed check: no check covers it"
+    return verdicts
 
 
 def measure_sweep(study, sweep: Sweep, sizes: list, repeats: int, warmup: int, seed: int | None,
@@ -127,7 +135,7 @@ def measure_sweep(study, sweep: Sweep, sizes: list, repeats: int, warmup: int, s
         label = config_label(config)
         try:
             params = impl.params(**config)
-            verdicts = {case: _status(study, impl, params, case, rng) for case in cases}
+            verdicts = _verdicts(study, impl, params, cases, sweep.check_shapes, rng)
         except KernelbookError as exc:
             params, verdicts = None, {case: f"refused: {exc.message}" for case in cases}
         for case, size in pairs:
@@ -167,6 +175,8 @@ def run_sweep(study, sweep: Sweep, *, mode: str = "auto", run_id: str | None = N
     study.impl(sweep.step)  # an unknown step is refused before anything runs
     parameters = {"variant": sweep.step, "configs": configs, "metric": sweep.metric, "batch_sizes": sizes,
                   "repeats": repeats, "warmup": warmup, "seed": seed}
+    if sweep.check_shapes:  # (absent when 0: the grids recorded before sweeps were declared have none)
+        parameters["check_shapes"] = sweep.check_shapes
 
     def measure() -> session_mod.Measurement:
         records = measure_sweep(study, sweep, sizes, repeats, warmup, seed, options, timer=timer)

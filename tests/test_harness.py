@@ -318,3 +318,17 @@ def test_a_sweep_not_recorded_yet_renders_as_a_message(results_root, no_gpu):
     assert "not recorded yet" in sweep_mod.table(got).to_html()
     fig = sweep_mod.figure(got)
     assert any("not recorded yet" in t.get_text() for t in fig.axes[0].texts)
+
+
+def test_a_sweep_counts_check_cases_labelled_with_no_case_for_every_case(results_root, monkeypatch):
+    from kernelbook.sweep import Sweep, run_sweep
+
+    _pretend_gpu(monkeypatch)
+    TIMED.clear()
+    sweep = Sweep("double", axes={"limit": [99]}, sizes=(2,), check_shapes=3)
+    got = run_sweep(STUDY, sweep, mode="measure", run_id="20261123T0000Z-dddddd", timer=fake_timer)
+    # random shapes up to 99 columns pass (the step doubles any n within its limit)
+    assert [r["status"] for r in got.records] == ["ok", "ok"] and got.parameters["check_shapes"] == 3
+    broken = run_sweep(STUDY, Sweep("half-written", axes={"limit": [99]}, sizes=(2,), check_shapes=2),
+                       mode="measure", run_id="20261123T0000Z-dddddd", timer=fake_timer)
+    assert all(r["status"].startswith("failed check") and r["value"] is None for r in broken.records)
