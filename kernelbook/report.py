@@ -9,6 +9,7 @@ numbers were timed (CUDA-graph replays, events, a host-bound loop) in a footnote
 from __future__ import annotations
 
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -301,7 +302,11 @@ class SourceBlock:
         body = f"{md_code('kernels/' + self.relpath)}\n\n{fence}cuda\n{self.text}\n{fence}"
         for path, text in self.headers:  # the shared device code the step includes, shown whole
             body += f"\n\nIncluded: {md_code('kernels/' + path)}\n\n{fence}cuda\n{text}\n{fence}"
-        return body, {SOURCE_METADATA: {"path": f"kernels/{self.relpath}", "sha256": self.sha256}}
+        shown = {"path": f"kernels/{self.relpath}", "sha256": self.sha256}
+        if self.headers:  # an edited header makes the page stale too (build.stale_sources)
+            shown["headers"] = {f"kernels/{path}": hashlib.sha256(text.encode("utf-8")).hexdigest()
+                                for path, text in self.headers}
+        return body, {SOURCE_METADATA: shown}
 
 
 #: Output-metadata key of a shown kernel source (read by ``build.stale_sources``).
@@ -333,7 +338,7 @@ def included_headers(relpath: str) -> list[tuple[str, str]]:
             child = str((Path(rel).parent / name).as_posix())
             if (paths.kernels_dir() / child).is_file() and child not in [h for h, _ in seen]:
                 walk(child)
-                seen.append((child, (paths.kernels_dir() / child).read_text(errors="replace")))
+                seen.append((child, (paths.kernels_dir() / child).read_bytes().decode("utf-8", errors="replace")))
 
     walk(relpath)
     return seen
