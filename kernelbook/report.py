@@ -297,7 +297,8 @@ class SourceBlock:
         return self._repr_markdown_()[0]
 
     def _repr_markdown_(self):
-        longest = max((len(m) for m in re.findall(r"`{3,}", self.text)), default=0)
+        shown = self.text + "".join(text for _, text in self.headers)
+        longest = max((len(m) for m in re.findall(r"`{3,}", shown)), default=0)
         fence = "`" * max(3, longest + 1)
         body = f"{md_code('kernels/' + self.relpath)}\n\n{fence}cuda\n{self.text}\n{fence}"
         for path, text in self.headers:  # the shared device code the step includes, shown whole
