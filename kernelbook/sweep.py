@@ -138,24 +138,55 @@ def measure_sweep(study, sweep: Sweep, sizes: list, repeats: int, warmup: int, s
             verdicts = _verdicts(study, impl, params, cases, sweep.check_shapes, rng)
         except KernelbookError as exc:
             params, verdicts = None, {case: f"refused: {exc.message}" for case in cases}
+        ok = [case for case in cases if verdicts[case] == "ok"]
+        try:
+            timed, refused = _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, warmup,
+                                          options, timer)
+        except LookupError:
+            raise ParameterError(f"The {study.name} study records no {sweep.metric!r} for {sweep.step}.",
+                                 "sweep op_time_ms or a metric of the study's case records.") from None
         for case, size in pairs:
-            fields = {"config": config, "config_label": label, "status": verdicts[case]}
-            value = None
+            fields = {"config": config, "config_label": label, "status": refused.get((case, size), verdicts[case])}
+            value = timed.get((case, size))
             if verdicts[case] == "ok":
                 shape = study.problem(case, study.size_of(case, size))
                 fields.update(flops=shape.flops, min_bytes=shape.min_bytes)
-                try:
-                    timed = harness.measure(study, impl, {case: params}, [case] if study.rows == "cases" else [size],
-                                            repeats, warmup, options or {}, timer=timer, cases=[case])
-                    value = next(r["value"] for r in timed if r["metric"] == sweep.metric and r["layer"] == case)
-                except KernelbookError as exc:
-                    fields["status"] = f"refused: {exc.message}"
-                except StopIteration:
-                    raise ParameterError(f"The {study.name} study records no {sweep.metric!r} for {sweep.step}.",
-                                         "sweep op_time_ms or a metric of the study's case records.") from None
             records.append(results.record(study.name, impl.slug, case, study.size_of(case, size) if size is not None
                                           else None, sweep.metric, value, unit="ms", **fields))
     return records
+
+
+def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, warmup, options, timer):
+    """``({(case, size): measured}, {(case, size): "refused: ..."})`` for one checked configuration:
+    one ``harness.measure`` over every case that passed (the configuration in every case, as a
+    chapter would run it); if a size is refused there, each problem alone."""
+    if not ok:
+        return {}, {}
+    case_params = {case: params for case in cases}
+
+    def pick(records, case, size):
+        batch = study.size_of(case, size)
+        for r in records:
+            if r["metric"] == sweep.metric and r["layer"] == case and (size is None or r["batch"] == batch):
+                return r["value"]
+        raise LookupError(sweep.metric)
+
+    wanted = [(case, size) for case, size in pairs if case in ok]
+    try:
+        records = harness.measure(study, impl, case_params, sizes, repeats, warmup, options or {}, timer=timer,
+                                  cases=ok)
+        return {(case, size): pick(records, case, size) for case, size in wanted}, {}
+    except KernelbookError:
+        pass  # some problem refused: time each alone below
+    timed, refused = {}, {}
+    for case, size in wanted:  # one problem at a time: a refusal at one size keeps the others
+        try:
+            records = harness.measure(study, impl, case_params, [case] if study.rows == "cases" else [size],
+                                      repeats, warmup, options or {}, timer=timer, cases=[case])
+            timed[(case, size)] = pick(records, case, size)
+        except KernelbookError as exc:
+            refused[(case, size)] = f"refused: {exc.message}"
+    return timed, refused
 
 
 def run_sweep(study, sweep: Sweep, *, mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,

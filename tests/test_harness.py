@@ -332,3 +332,13 @@ def test_a_sweep_counts_check_cases_labelled_with_no_case_for_every_case(results
     broken = run_sweep(STUDY, Sweep("half-written", axes={"limit": [99]}, sizes=(2,), check_shapes=2),
                        mode="measure", run_id="20261123T0000Z-dddddd", timer=fake_timer)
     assert all(r["status"].startswith("failed check") and r["value"] is None for r in broken.records)
+
+
+def test_a_sweep_of_a_metric_the_study_never_records_is_refused(results_root, monkeypatch):
+    from kernelbook.errors import ParameterError
+    from kernelbook.sweep import Sweep, run_sweep
+
+    _pretend_gpu(monkeypatch)
+    with pytest.raises(ParameterError, match="records no 'layer_time_ms'"):
+        run_sweep(STUDY, Sweep("double", axes={"limit": [64]}, sizes=(2,), metric="layer_time_ms"), mode="measure",
+                  run_id="20261123T0000Z-eeeeee", timer=fake_timer)
