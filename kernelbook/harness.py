@@ -167,10 +167,10 @@ def problems(study, sizes: list, cases: list | None = None) -> list[tuple[str, A
 
 
 def measure(study, impl, case_params: dict[str, dict], sizes: list, repeats: int, warmup: int,
-            options: dict, timer=None, cases: list | None = None) -> list[dict]:
+            options: dict, timer=None, cases: list | None = None, size_records: bool = True) -> list[dict]:
     """Time a checked step on every problem (of ``cases`` only, when given): ``op_time_ms`` (the
-    step's launches alone, operands on the device, compiled first) plus the study's own records,
-    all with one timer."""
+    step's launches alone, operands on the device, compiled first) plus the study's own records
+    (``size_records=False``: the per-case ones only, as a sweep needs), all with one timer."""
     from .measure import time_gpu
 
     timer = timer or time_gpu
@@ -210,7 +210,7 @@ def measure(study, impl, case_params: dict[str, dict], sizes: list, repeats: int
             records.append(results.record(study.name, impl.slug, case, batch, metric, value, unit, **common))
         del y, operands, run, output  # free the device buffers before the next problem
         last = size
-        if index + 1 == len(pairs) or pairs[index + 1][1] != size:
+        if size_records and (index + 1 == len(pairs) or pairs[index + 1][1] != size):
             for case_name, metric, value, unit in study.size_records(impl, last, context, time):
                 records.append(results.record(study.name, impl.slug, case_name, last, metric, value, unit))
     return records

@@ -174,7 +174,7 @@ def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, w
     wanted = [(case, size) for case, size in pairs if case in ok]
     try:
         records = harness.measure(study, impl, case_params, sizes, repeats, warmup, options or {}, timer=timer,
-                                  cases=ok)
+                                  cases=ok, size_records=False)
         return {(case, size): pick(records, case, size) for case, size in wanted}, {}
     except KernelbookError:
         pass  # some problem refused: time each alone below
@@ -182,7 +182,8 @@ def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, w
     for case, size in wanted:  # one problem at a time: a refusal at one size keeps the others
         try:
             records = harness.measure(study, impl, case_params, [case] if study.rows == "cases" else [size],
-                                      repeats, warmup, options or {}, timer=timer, cases=[case])
+                                      repeats, warmup, options or {}, timer=timer, cases=[case],
+                                      size_records=False)
             timed[(case, size)] = pick(records, case, size)
         except KernelbookError as exc:
             refused[(case, size)] = f"refused: {exc.message}"
