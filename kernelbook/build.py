@@ -81,6 +81,12 @@ def stale_sources(nb, root: Path) -> list[str]:
                 now = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
                 if now != shown.get("sha256"):
                     stale.append(shown["path"])
+                headers = shown.get("headers")
+                for header, digest in (headers.items() if isinstance(headers, dict) else ()):
+                    path = root / str(header)
+                    now = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+                    if now != digest:
+                        stale.append(str(header))
     return sorted(set(stale))
 
 

@@ -156,18 +156,21 @@ def check(study, impl, case_params: dict[str, dict], n_random: int, seed: int | 
 # ---------------------------------------------------------------------------------------- timing
 
 
-def problems(study, sizes: list) -> list[tuple[str, Any]]:
+def problems(study, sizes: list, cases: list | None = None) -> list[tuple[str, Any]]:
     """(case, size) pairs a chapter times, in order: every case at every size, or each case named
-    in ``sizes`` for a study with a row per case."""
+    in ``sizes`` for a study with a row per case (only those in ``cases`` when it is given)."""
     if study.rows == "cases":
-        return [(case, None) for case in sizes]
-    return [(case, size) for size in sizes for case in study.cases]
+        pairs = [(case, None) for case in sizes]
+    else:
+        pairs = [(case, size) for size in sizes for case in study.cases]
+    return pairs if cases is None else [(case, size) for case, size in pairs if case in cases]
 
 
 def measure(study, impl, case_params: dict[str, dict], sizes: list, repeats: int, warmup: int,
-            options: dict, timer=None) -> list[dict]:
-    """Time a checked step on every problem: ``op_time_ms`` (the step's launches alone, operands
-    on the device, compiled first) plus the study's own records, all with one timer."""
+            options: dict, timer=None, cases: list | None = None, size_records: bool = True) -> list[dict]:
+    """Time a checked step on every problem (of ``cases`` only, when given): ``op_time_ms`` (the
+    step's launches alone, operands on the device, compiled first) plus the study's own records
+    (``size_records=False``: the per-case ones only, as a sweep needs), all with one timer."""
     from .measure import time_gpu
 
     timer = timer or time_gpu
@@ -180,7 +183,7 @@ def measure(study, impl, case_params: dict[str, dict], sizes: list, repeats: int
     context = study.timing_context(impl, case_params, sizes, options)
     records: list[dict] = []
     last = object()
-    pairs = problems(study, sizes)
+    pairs = problems(study, sizes, cases)
     for index, (case, size) in enumerate(pairs):
         shape = study.problem(case, study.size_of(case, size))
         params = case_params[case]
@@ -207,7 +210,7 @@ def measure(study, impl, case_params: dict[str, dict], sizes: list, repeats: int
             records.append(results.record(study.name, impl.slug, case, batch, metric, value, unit, **common))
         del y, operands, run, output  # free the device buffers before the next problem
         last = size
-        if index + 1 == len(pairs) or pairs[index + 1][1] != size:
+        if size_records and (index + 1 == len(pairs) or pairs[index + 1][1] != size):
             for case_name, metric, value, unit in study.size_records(impl, last, context, time):
                 records.append(results.record(study.name, impl.slug, case_name, last, metric, value, unit))
     return records

@@ -9,8 +9,10 @@ numbers were timed (CUDA-graph replays, events, a host-bound loop) in a footnote
 from __future__ import annotations
 
 
+import hashlib
 import html
 import re
+from pathlib import Path
 
 import pandas as pd
 
@@ -293,8 +295,9 @@ class SourceBlock:
     output's metadata, so that a strict build can refuse a page whose ``.cu`` changed after the
     page was executed (it would show the old source)."""
 
-    def __init__(self, relpath: str, text: str, sha256: str):
+    def __init__(self, relpath: str, text: str, sha256: str, headers: list | None = None):
         self.relpath, self.text, self.sha256 = relpath, text, sha256
+        self.headers = headers or []  # (relpath, text) of the local headers the file includes
 
     def __repr__(self) -> str:
         return f"kernels/{self.relpath}"
@@ -304,24 +307,39 @@ class SourceBlock:
         """The Markdown, as ``IPython.display.Markdown(...).data`` would hold it."""
         return self._repr_markdown_()[0]
 
+    def _metadata(self) -> dict:
+        shown = {"path": f"kernels/{self.relpath}", "sha256": self.sha256}
+        if self.headers:  # an edited header makes the page stale too (build.stale_sources)
+            shown["headers"] = {f"kernels/{path}": hashlib.sha256(text.encode("utf-8")).hexdigest()
+                                for path, text in self.headers}
+        return {SOURCE_METADATA: shown}
+
     def _repr_html_(self):
-        """A ``<details>`` block with the highlighted code: labelled, closed until opened."""
+        """A ``<details>`` block with the highlighted code, and each header it includes below it:
+        labelled, closed until opened."""
         from pygments import highlight
         from pygments.formatters import HtmlFormatter
         from pygments.lexers import CudaLexer
 
-        lines = self.text.count("\n") + 1
-        code = highlight(self.text, CudaLexer(), HtmlFormatter(cssclass="highlight"))
-        body = (f'<details class="kernelbook-source"><summary>Kernel source: <code>kernels/{html.escape(self.relpath)}'
-                f"</code> ({lines} lines; click to open)</summary>\n"
-                f'<div class="highlight-cuda notranslate">{code}</div></details>')
-        return body, {SOURCE_METADATA: {"path": f"kernels/{self.relpath}", "sha256": self.sha256}}
+        def block(path: str, text: str, what: str) -> str:
+            lines = text.count("\n") + 1
+            code = highlight(text, CudaLexer(), HtmlFormatter(cssclass="highlight"))
+            return (f'<details class="kernelbook-source"><summary>{what}: <code>kernels/{html.escape(path)}'
+                    f"</code> ({lines} lines; click to open)</summary>\n"
+                    f'<div class="highlight-cuda notranslate">{code}</div></details>')
+
+        body = block(self.relpath, self.text, "Kernel source")
+        body += "".join("\n" + block(path, text, "Included header") for path, text in self.headers)
+        return body, self._metadata()
 
     def _repr_markdown_(self):
-        longest = max((len(m) for m in re.findall(r"`{3,}", self.text)), default=0)
+        shown = self.text + "".join(text for _, text in self.headers)
+        longest = max((len(m) for m in re.findall(r"`{3,}", shown)), default=0)
         fence = "`" * max(3, longest + 1)
         body = f"{md_code('kernels/' + self.relpath)}\n\n{fence}cuda\n{self.text}\n{fence}"
-        return body, {SOURCE_METADATA: {"path": f"kernels/{self.relpath}", "sha256": self.sha256}}
+        for path, text in self.headers:  # the shared device code the step includes, shown whole
+            body += f"\n\nIncluded: {md_code('kernels/' + path)}\n\n{fence}cuda\n{text}\n{fence}"
+        return body, self._metadata()
 
 
 #: Output-metadata key of a shown kernel source (read by ``build.stale_sources``).
@@ -341,7 +359,23 @@ def show_source(relpath: str, start: str | None = None):
     if start:
         index = text.find(start)
         text = text[index:] if index >= 0 else text
-    return SourceBlock(relpath, text, hashlib.sha256(raw).hexdigest())
+    return SourceBlock(relpath, text, hashlib.sha256(raw).hexdigest(), included_headers(relpath))
+
+
+def included_headers(relpath: str) -> list[tuple[str, str]]:
+    """The local headers (``#include "x.cuh"``) a kernel file includes, depth first, each once."""
+    seen: list[tuple[str, str]] = []
+
+    def walk(rel: str) -> None:
+        path = paths.kernels_dir() / rel
+        for name in re.findall(r'^\s*#include\s+"([^"]+)"', path.read_text(errors="replace"), re.M):
+            child = str((Path(rel).parent / name).as_posix())
+            if (paths.kernels_dir() / child).is_file() and child not in [h for h, _ in seen]:
+                walk(child)
+                seen.append((child, (paths.kernels_dir() / child).read_bytes().decode("utf-8", errors="replace")))
+
+    walk(relpath)
+    return seen
 
 
 # ----------------------------------------------------------------------------- grids

@@ -15,19 +15,11 @@ import traceback
 
 from kernelbook.mlp import STEPS
 from kernelbook.mlp import study as mlp_study
+from kernelbook.mlp.sweeps import SWEEPS as DECLARED_SWEEPS
 
-SWEEPS = {
-    "tensor-core-3xtf32": [dict(warps=w, m_tiles=m, blocks_per_sm=b) for w, m, b in
-                           ((4, 1, 4), (4, 2, 2), (8, 1, 2), (2, 2, 4), (8, 2, 1), (2, 1, 8))],
-    "tensor-core-fp16": [dict(warps=w, m_tiles=m, blocks_per_sm=b) for w, m, b in
-                         ((4, 1, 6), (4, 2, 3), (8, 2, 1), (8, 1, 3), (2, 2, 6))],
-    "best": [dict(small=s, large=s, blocks_per_sm=b) for s in ("coalesced-weights", "inputs-load-hiding",
-                                                                "better-occupancy") for b in (4, 8)],
-    "final": [dict(small_kernel=k, large_kernel=k, small_warps=w, large_warps=w, small_m_tiles=m, large_m_tiles=m,
-                   small_blocks_per_sm=b, large_blocks_per_sm=b)
-              for k, w, m, b in (("3xfp16", 4, 1, 4), ("3xfp16", 4, 2, 2), ("3xfp16", 8, 2, 1), ("3xfp16", 8, 1, 2),
-                                 ("3xfp16", 2, 1, 8), ("3xtf32", 8, 2, 1), ("3xtf32", 4, 1, 4))],
-}
+# The launch shapes tried are the study's declared sweeps (kernelbook/mlp/sweeps.py), which the
+# book records through the core; this script only times them for a quick look.
+SWEEPS = {slug: sweep.configurations() for slug, sweep in DECLARED_SWEEPS.items()}
 
 
 def median(rec):

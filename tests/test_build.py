@@ -273,3 +273,30 @@ def test_every_refused_notebook_is_in_the_fix(tmp_path):
         stage_book(executed, tmp_path / "stage", toc=root / "_toc.yml", config=root / "_config.yml",
                    book_root=root / "book")
     assert "--only 'every'" not in info.value.fix and "`kernelbook run`" in info.value.fix
+
+
+def test_a_kernel_header_changed_after_execution_is_refused(book, tmp_path, monkeypatch):
+    """A step's page shows the headers its file includes; editing one makes the page stale."""
+    import nbformat
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from kernelbook import paths
+    from kernelbook.report import show_source
+
+    kernels = book / "kernels" / "toy"
+    kernels.mkdir(parents=True)
+    (kernels / "shared.cuh").write_text("__device__ float twice(float v) { return 2 * v; }\n")
+    (kernels / "00_k.cu").write_text('#include "shared.cuh"\n__global__ void k() {}\n')
+    monkeypatch.setattr(paths, "kernels_dir", lambda: book / "kernels")
+    block = show_source("toy/00_k.cu")
+    assert "return 2 * v" in block.data and "kernels/toy/shared.cuh" in block.data
+    data, metadata = InteractiveShell.instance().display_formatter.format(block)
+    executed = tmp_path / "executed"
+    path = write_executed(executed / "part" / "good.ipynb", "hello\n")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].outputs.append(nbformat.v4.new_output("display_data", data=data, metadata=metadata))
+    nbformat.write(nb, path)
+    _stage(book, executed)  # unchanged: fine
+    (kernels / "shared.cuh").write_text("__device__ float twice(float v) { return v + v; }\n")
+    with pytest.raises(BuildError, match="changed after it was executed.*kernels/toy/shared.cuh"):
+        _stage(book, executed)

@@ -247,3 +247,98 @@ def test_a_step_declared_as_launches_is_checked_launched_and_profiled_from_one_l
     records, rows = STUDY.check(impl, {"short": {"threads": 2048}, "long": {"threads": 2048}}, 0, 0)
     assert LAUNCHES == [] and all(r["value"] == 0.0 for r in records)
     assert all("LaunchLimitError" in r["error"] for r in rows)
+
+
+# ---------------------------------------------------------------------------------------- sweeps
+
+
+def _pretend_gpu(monkeypatch):
+    from kernelbook import gpu
+
+    monkeypatch.setattr(gpu, "availability", lambda: (True, "Test GPU 9000"))
+    monkeypatch.setattr(gpu, "device_info", lambda: {"name": "Test GPU 9000", "compute_capability": "9.0"})
+
+
+def test_a_declared_sweep_is_the_product_of_its_axes_with_joint_values():
+    from kernelbook.sweep import Sweep
+
+    sweep = Sweep("double", axes={"block": [{"w": 4, "h": 4}, {"w": 8, "h": 2}], "limit": [8, 64]})
+    assert sweep.configurations() == [{"w": 4, "h": 4, "limit": 8}, {"w": 4, "h": 4, "limit": 64},
+                                      {"w": 8, "h": 2, "limit": 8}, {"w": 8, "h": 2, "limit": 64}]
+    assert Sweep("double", configs=({"limit": 4},)).configurations() == [{"limit": 4}]
+
+
+def test_a_sweep_checks_then_times_each_configuration_records_refusals_and_replays(results_root, monkeypatch):
+    from kernelbook import results
+    from kernelbook.sweep import Sweep, run_sweep
+
+    _pretend_gpu(monkeypatch)
+    TIMED.clear()
+    sweep = Sweep("double", axes={"limit": [4, 16, 64]}, sizes=(2, 3), repeats=2, warmup=1)
+    got = run_sweep(STUDY, sweep, mode="measure", run_id="20261123T0000Z-bbbbbb", timer=fake_timer)
+    rows = {(r["config"]["limit"], r["layer"], r["batch"]): (r["status"], r["value"]) for r in got.records}
+    assert len(rows) == 12 and {r["metric"] for r in got.records} == {"op_time_ms"}
+    assert all(s.startswith("refused: n=") and v is None for (limit, _, _), (s, v) in rows.items() if limit == 4)
+    assert rows[(16, "short", 3)][0] == "ok" and rows[(16, "short", 3)][1] is not None
+    assert rows[(16, "long", 2)][0].startswith("refused") and rows[(16, "long", 2)][1] is None
+    # only the step's own launches (graph-captured), only where the check passed: limit=16 short
+    # at 2 sizes, limit=64 both cases at 2 sizes; no per-size extras (the toy's size_time_ms)
+    assert len(TIMED) == sum(t["graph"] for t in TIMED) == 2 + 2 * 2
+    assert got.best("long") == {"limit": 64}
+    stored = results.load_run("20261123T0000Z-bbbbbb").read_part("toy-double-grid")
+    assert stored["parameters"]["configs"] == [{"limit": 4}, {"limit": 16}, {"limit": 64}]
+    assert stored["parameters"]["repeats"] == 2 and stored["parameters"]["metric"] == "op_time_ms"
+
+    def no_timer(*args, **kwargs):
+        raise AssertionError("a replay times nothing")
+
+    again = run_sweep(STUDY, sweep, mode="replay", timer=no_timer)
+    assert again.found and again.records == got.records and not again.recording.mismatches
+
+
+def test_a_sweep_never_times_a_configuration_that_fails_its_check(results_root, monkeypatch):
+    from kernelbook.sweep import Sweep, run_sweep
+
+    _pretend_gpu(monkeypatch)
+    TIMED.clear()
+    got = run_sweep(STUDY, Sweep("rounded", axes={"limit": [64]}, sizes=(2,)), mode="measure",
+                    run_id="20261123T0000Z-cccccc", timer=fake_timer)
+    assert TIMED == []
+    assert all(r["status"].startswith("failed check") and r["value"] is None for r in got.records)
+
+
+def test_a_sweep_not_recorded_yet_renders_as_a_message(results_root, no_gpu):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from kernelbook import sweep as sweep_mod
+
+    got = sweep_mod.run_sweep(STUDY, sweep_mod.Sweep("double", axes={"limit": [8]}), mode="replay", required=False)
+    assert not got.found and got.records == []
+    assert "not recorded yet" in sweep_mod.table(got).to_html()
+    fig = sweep_mod.figure(got)
+    assert any("not recorded yet" in t.get_text() for t in fig.axes[0].texts)
+
+
+def test_a_sweep_counts_check_cases_labelled_with_no_case_for_every_case(results_root, monkeypatch):
+    from kernelbook.sweep import Sweep, run_sweep
+
+    _pretend_gpu(monkeypatch)
+    TIMED.clear()
+    sweep = Sweep("double", axes={"limit": [99]}, sizes=(2,), check_shapes=3)
+    got = run_sweep(STUDY, sweep, mode="measure", run_id="20261123T0000Z-dddddd", timer=fake_timer)
+    # random shapes up to 99 columns pass (the step doubles any n within its limit)
+    assert [r["status"] for r in got.records] == ["ok", "ok"] and got.parameters["check_shapes"] == 3
+    broken = run_sweep(STUDY, Sweep("half-written", axes={"limit": [99]}, sizes=(2,), check_shapes=2),
+                       mode="measure", run_id="20261123T0000Z-dddddd", timer=fake_timer)
+    assert all(r["status"].startswith("failed check") and r["value"] is None for r in broken.records)
+
+
+def test_a_sweep_of_a_metric_the_study_never_records_is_refused(results_root, monkeypatch):
+    from kernelbook.errors import ParameterError
+    from kernelbook.sweep import Sweep, run_sweep
+
+    _pretend_gpu(monkeypatch)
+    with pytest.raises(ParameterError, match="records no 'layer_time_ms'"):
+        run_sweep(STUDY, Sweep("double", axes={"limit": [64]}, sizes=(2,), metric="layer_time_ms"), mode="measure",
+                  run_id="20261123T0000Z-eeeeee", timer=fake_timer)

@@ -19,7 +19,7 @@ def _pad(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
 
 
 def half_rows(weights) -> dict[str, np.ndarray]:
-    """Steps 09-10: thread q = 2u + h holds half h of row u (kernels/mlp/09_coalesced_weights.cu)."""
+    """Steps 09-10: thread q = 2u + h holds half h of row u (kernels/mlp/coalesced_weights_kernel.cuh)."""
     W1, _, W2, _, W3, _ = weights
     w1p = _pad(W1, HIDDEN, 72).reshape(HIDDEN, 2, 18, 2).transpose(2, 0, 1, 3).reshape(18, 128, 2)
     w2p = W2.reshape(HIDDEN, 2, 16, 2).transpose(2, 0, 1, 3).reshape(16, 128, 2)
@@ -56,7 +56,7 @@ def _biases(weights) -> np.ndarray:
 
 def tf32_fragments(weights) -> np.ndarray:
     """Step 13: B fragments of the three layers as float4 {b0_big, b1_big, b0_small, b1_small},
-    then the biases; one float32 array of 18,568 values (kernels/mlp/13_tensor_core_3xtf32.cu)."""
+    then the biases; one float32 array of 18,568 values (kernels/mlp/tc_3xtf32_kernel.cuh)."""
     W1, _, W2, _, W3, _ = weights
     g, q = _lane_grid()
     W1p, W3p = _pad(W1, HIDDEN, 72), _pad(W3, 8, HIDDEN)

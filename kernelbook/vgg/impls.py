@@ -236,7 +236,7 @@ class RegisterTiled(TiledStep):
 
 
 def tc_stage_floats(bm: int, th: int, tw: int, k: int, planes: int) -> int:
-    """Floats of one shared-memory stage of steps 07/08/10, as kernels/vgg/07_tf32_implicit_gemm.cu lays it out."""
+    """Floats of one shared-memory stage of steps 07/08/10, as kernels/vgg/tc_conv_pool.cuh lays it out."""
     pwp = 4 * ceil_div(tw + k - 1, 4)
     cs = ceil_div(th * pwp, 32) * 32 + 8
     return planes * (k * bm * 8 + 8 * cs)

@@ -1,7 +1,8 @@
 // LeNet step 05 - streams: overlap copies with computation.
 //
-// This step changes no device code. The kernel is step 04's, included here unchanged so that
-// this file still names everything the step runs; what changes is the host side
+// This step changes no device code. The kernel is step 04's (conv_restrict_unroll.cuh, shared
+// by both steps), included here unchanged so that this file still names everything the step
+// runs; what changes is the host side
 // (kernelbook/lenet/streams.py):
 //
 //   * the batch is cut into chunks, and chunk i goes to stream i % n_streams as
@@ -13,4 +14,4 @@
 //
 // Layer Time (copies + kernel) is what this step can move; Op Time cannot improve, since
 // the same kernels do the same work (cut into smaller launches, if anything slower).
-#include "04_restrict_unroll.cu"
+#include "conv_restrict_unroll.cuh"

@@ -4,8 +4,8 @@
 //   y[b][m][h][w] = sum over r of k[m][r] * xu[r][n]      (r = c*K*K + p*K + q, n = (b, h, w))
 //   xu[r][n] = x[x_col(n) + x_row(r)],  x_col = b*C*H*W + h*W + w,  x_row = (c*H + p)*W + q
 //
-// The kernel is step 11's FP16 tensor-core implicit GEMM (index reuse included), which
-// 11_index_reuse.cu writes as a template over the fragment shape; this file instantiates it
+// The kernel is step 11's FP16 tensor-core implicit GEMM (index reuse included), written as a
+// template over the fragment shape in conv_wmma_index_reuse.cuh; this file instantiates it
 // twice:
 //
 //   conv_wmma_m16n16k16   16-row fragments: for M > 8 (C3: M = 16 fills them exactly)
@@ -32,9 +32,8 @@
 // Element counts of x, k and y fit in int32 (checked before launch), so indices are int.
 //
 // Compile-time parameters (the harness passes them as -D...): WARPS, FRAGS_N and BK, as in
-// step 11 (their defaults are there); the fragment shape is each entry point's own.
-#define INDEX_REUSE_TEMPLATE_ONLY 1
-#include "11_index_reuse.cu"
+// step 11 (their defaults are in the header); the fragment shape is each entry point's own.
+#include "conv_wmma_index_reuse.cuh"
 
 extern "C" __global__ void __launch_bounds__(kThreads)
 conv_wmma_m16n16k16(float *y, const float *x, const float *k, int B, int M, int C, int H, int W, int K)

@@ -554,10 +554,9 @@ conv_direct_3xtf32(float *__restrict__ y, const float *__restrict__ x, const flo
 // Step 13's FP32 register-tiled implicit GEMM, compiled here with the FB_* tiles: k tile
 // transposed in shared memory, gathered x tile with per-thread column offsets and a
 // double-buffered row-offset table, FB_TM x FB_TN register outer products, strided ownership
-// for conflict-free shared reads and coalesced writes. REGISTER_TILING_TEMPLATE_ONLY takes its
-// kernel template without step 13's parameters and entry point.
-#define REGISTER_TILING_TEMPLATE_ONLY 1
-#include "13_register_tiling.cu"
+// for conflict-free shared reads and coalesced writes (register_tiled_conv.cuh holds the
+// template, shared with step 13).
+#include "register_tiled_conv.cuh"
 
 #define FB_THREADS ((FB_BM / FB_TM) * (FB_BN / FB_TN))
 

@@ -329,6 +329,139 @@ __device__ __forceinline__ void accumulate(float (&acc)[NT][MGW][4], const unsig
     }
 }
 
+// The weights, once per block: scaled by sw, split into hi and lo FP16 parts and laid out as the
+// B fragments of the Toeplitz (shifted-mask) product, in the order the lanes read them
+// (wf[pair][group][lane], one uint4 {hi0, hi1, lo0, lo1} each).
+__device__ __forceinline__ void pack_weight_fragments(uint4 *wf, const float *__restrict__ k, float sw, int tid)
+{
+    // Lane (g, t) of the B fragment holds rows k = 2t, 2t + 1 (register 0) and 2t + 8, 2t + 9
+    // (register 1) of column n = g, i.e. map 4*group + g/2, offset j = g % 2. Register r is
+    // input row 2*pair + r; element h of it is column i = 2t + h, tap q = i - j.
+    for (int i = tid; i < NPAIRS * NGRP * 32; i += THREADS) {
+        const int pr = i / (NGRP * 32);
+        const int grp = (i / 32) % NGRP;
+        const int ln = i & 31;
+        const int map = grp * 4 + ((ln >> 2) >> 1);
+        const int j = (ln >> 2) & 1;
+        unsigned hi[2], lo[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = 2 * pr + r;
+            const int c = row / KS;
+            const int p = row - c * KS;
+            hi[r] = 0u;
+            lo[r] = 0u;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int q = 2 * (ln & 3) + h - j;
+                const float w = (row < ROWS && map < MOUT && q >= 0 && q < KS)
+                                    ? __ldg(k + ((map * CIN + c) * KS + p) * KS + q) * sw
+                                    : 0.0f;
+                unsigned wh, wl;
+                split_f16(w, wh, wl);
+                hi[r] |= wh << (16 * h);
+                lo[r] |= wl << (16 * h);
+            }
+        }
+        wf[i] = make_uint4(hi[0], hi[1], lo[0], lo[1]);
+    }
+}
+
+// c.: the image, scaled by sx, as FP16 hi / lo planes in shared memory (rows RSW words apart),
+// from the registers (vec) or from global memory.
+__device__ __forceinline__ void fill_planes(unsigned *xhi, unsigned *xlo, const float4 (&pre)[NPRE],
+                                            const float *__restrict__ xb, float sx, bool vec, int tid)
+{
+    if (vec) {
+#pragma unroll
+        for (int i = 0; i < NPRE; ++i) {
+            const int v = tid + i * THREADS;
+            if (v < NELEM / 4) {
+                const float vals[4] = {pre[i].x * sx, pre[i].y * sx, pre[i].z * sx, pre[i].w * sx};
+                if (WIN % 2 == 0) {
+                    // Element pairs (4v, 4v + 1), (4v + 2, 4v + 3) share a row and start at
+                    // an even column: one word per plane each.
+#pragma unroll
+                    for (int hp = 0; hp < 2; ++hp) {
+                        const int e = 4 * v + 2 * hp;
+                        const int crow = e / WIN;  // c * HIN + row
+                        const int col = e - crow * WIN;
+                        unsigned h0, l0, h1, l1;
+                        split_f16(vals[2 * hp], h0, l0);
+                        split_f16(vals[2 * hp + 1], h1, l1);
+                        const int wdx = crow * RSW + (col >> 1);
+                        xhi[wdx] = h0 | (h1 << 16);
+                        xlo[wdx] = l0 | (l1 << 16);
+                    }
+                } else {
+                    unsigned short *hh = reinterpret_cast<unsigned short *>(xhi);
+                    unsigned short *ll = reinterpret_cast<unsigned short *>(xlo);
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const int e = 4 * v + q;
+                        const int crow = e / WIN;
+                        const int col = e - crow * WIN;
+                        unsigned hv, lv;
+                        split_f16(vals[q], hv, lv);
+                        hh[crow * 2 * RSW + col] = (unsigned short)hv;
+                        ll[crow * 2 * RSW + col] = (unsigned short)lv;
+                    }
+                }
+            }
+        }
+    } else {
+        unsigned short *hh = reinterpret_cast<unsigned short *>(xhi);
+        unsigned short *ll = reinterpret_cast<unsigned short *>(xlo);
+        for (int e = tid; e < NELEM; e += THREADS) {
+            const int crow = e / WIN;
+            const int col = e - crow * WIN;
+            unsigned hv, lv;
+            split_f16(__ldg(xb + e) * sx, hv, lv);
+            hh[crow * 2 * RSW + col] = (unsigned short)hv;
+            ll[crow * 2 * RSW + col] = (unsigned short)lv;
+        }
+    }
+}
+
+#if !INTERLEAVE
+// One round of tiles, tile by tile: its A fragments, then its 3 * MGW products (the three
+// products of one accumulator adjacent). Measured faster for C3 (sweep 2: 0.765 vs 0.806 ms),
+// with fewer registers (204 vs 232).
+__device__ __forceinline__ void accumulate_by_tile(float (&acc)[NT][MGW][4], const unsigned *xhi, const unsigned *xlo,
+                                                   const uint4 *wf, const int (&base0)[NT], const int (&base1)[NT],
+                                                   int nt, int gc, int lane)
+{
+#pragma unroll
+    for (int pr = 0; pr < NPAIRS; ++pr) {
+        uint4 bw[MGW];
+#pragma unroll
+        for (int mg = 0; mg < MGW; ++mg) {
+            const int grp = gc + mg < NGRP ? gc + mg : NGRP - 1;
+            bw[mg] = wf[(pr * NGRP + grp) * 32 + lane];
+        }
+        const int off0 = row_offset(2 * pr);
+        const int off1 = row_offset(2 * pr + 1);
+#pragma unroll
+        for (int u = 0; u < NT; ++u) {
+            if (u < nt) {
+                const unsigned ah[4] = {xhi[base0[u] + off0], xhi[base1[u] + off0],
+                                        xhi[base0[u] + off1], xhi[base1[u] + off1]};
+                const unsigned al[4] = {xlo[base0[u] + off0], xlo[base1[u] + off0],
+                                        xlo[base0[u] + off1], xlo[base1[u] + off1]};
+#pragma unroll
+                for (int mg = 0; mg < MGW; ++mg) {
+                    if (MGW == 1 || gc + mg < NGRP) {
+                        mma_f16(acc[u][mg], al, bw[mg].x, bw[mg].y);  // xl * wh
+                        mma_f16(acc[u][mg], ah, bw[mg].z, bw[mg].w);  // xh * wl
+                        mma_f16(acc[u][mg], ah, bw[mg].x, bw[mg].y);  // xh * wh
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 conv_hopper(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ k, int B)
 {
@@ -361,37 +494,7 @@ conv_hopper(float *__restrict__ y, const float *__restrict__ x, const float *__r
     }
     const int ew = scale_exponent(block_max<WARPS>(m, red_w));
     const float sw = pow2(ew);
-    // Lane (g, t) of the B fragment holds rows k = 2t, 2t + 1 (register 0) and 2t + 8, 2t + 9
-    // (register 1) of column n = g, i.e. map 4*group + g/2, offset j = g % 2. Register r is
-    // input row 2*pair + r; element h of it is column i = 2t + h, tap q = i - j.
-    for (int i = tid; i < NPAIRS * NGRP * 32; i += THREADS) {
-        const int pr = i / (NGRP * 32);
-        const int grp = (i / 32) % NGRP;
-        const int ln = i & 31;
-        const int map = grp * 4 + ((ln >> 2) >> 1);
-        const int j = (ln >> 2) & 1;
-        unsigned hi[2], lo[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = 2 * pr + r;
-            const int c = row / KS;
-            const int p = row - c * KS;
-            hi[r] = 0u;
-            lo[r] = 0u;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int q = 2 * (ln & 3) + h - j;
-                const float w = (row < ROWS && map < MOUT && q >= 0 && q < KS)
-                                    ? __ldg(k + ((map * CIN + c) * KS + p) * KS + q) * sw
-                                    : 0.0f;
-                unsigned wh, wl;
-                split_f16(w, wh, wl);
-                hi[r] |= wh << (16 * h);
-                lo[r] |= wl << (16 * h);
-            }
-        }
-        wf[i] = make_uint4(hi[0], hi[1], lo[0], lo[1]);
-    }
+    pack_weight_fragments(wf, k, sw, tid);
     const float unscale_w = pow2(-ew);
     // (the barrier inside the first image's block_max orders these writes before any read)
 
@@ -427,55 +530,7 @@ conv_hopper(float *__restrict__ y, const float *__restrict__ x, const float *__r
         const float sx = pow2(ex);
 
         // ---- c. FP16 hi / lo planes.
-        if (vec) {
-#pragma unroll
-            for (int i = 0; i < NPRE; ++i) {
-                const int v = tid + i * THREADS;
-                if (v < NELEM / 4) {
-                    const float vals[4] = {pre[i].x * sx, pre[i].y * sx, pre[i].z * sx, pre[i].w * sx};
-                    if (WIN % 2 == 0) {
-                        // Element pairs (4v, 4v + 1), (4v + 2, 4v + 3) share a row and start at
-                        // an even column: one word per plane each.
-#pragma unroll
-                        for (int hp = 0; hp < 2; ++hp) {
-                            const int e = 4 * v + 2 * hp;
-                            const int crow = e / WIN;  // c * HIN + row
-                            const int col = e - crow * WIN;
-                            unsigned h0, l0, h1, l1;
-                            split_f16(vals[2 * hp], h0, l0);
-                            split_f16(vals[2 * hp + 1], h1, l1);
-                            const int wdx = crow * RSW + (col >> 1);
-                            xhi[wdx] = h0 | (h1 << 16);
-                            xlo[wdx] = l0 | (l1 << 16);
-                        }
-                    } else {
-                        unsigned short *hh = reinterpret_cast<unsigned short *>(xhi);
-                        unsigned short *ll = reinterpret_cast<unsigned short *>(xlo);
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) {
-                            const int e = 4 * v + q;
-                            const int crow = e / WIN;
-                            const int col = e - crow * WIN;
-                            unsigned hv, lv;
-                            split_f16(vals[q], hv, lv);
-                            hh[crow * 2 * RSW + col] = (unsigned short)hv;
-                            ll[crow * 2 * RSW + col] = (unsigned short)lv;
-                        }
-                    }
-                }
-            }
-        } else {
-            unsigned short *hh = reinterpret_cast<unsigned short *>(xhi);
-            unsigned short *ll = reinterpret_cast<unsigned short *>(xlo);
-            for (int e = tid; e < NELEM; e += THREADS) {
-                const int crow = e / WIN;
-                const int col = e - crow * WIN;
-                unsigned hv, lv;
-                split_f16(__ldg(xb + e) * sx, hv, lv);
-                hh[crow * 2 * RSW + col] = (unsigned short)hv;
-                ll[crow * 2 * RSW + col] = (unsigned short)lv;
-            }
-        }
+        fill_planes(xhi, xlo, pre, xb, sx, vec, tid);
         __syncthreads();  // planes complete before any fragment load
 
         if (PREFETCH && vec && img + (int)gridDim.x < B) {
@@ -521,37 +576,8 @@ conv_hopper(float *__restrict__ y, const float *__restrict__ x, const float *__r
                     accumulate<false>(acc, xhi, xlo, wf, base0, base1, nt, gc, lane);
                 }
 #else
-                // Per tile: its A fragments, then its 3 * MGW products (the three products of one
-                // accumulator adjacent). Measured faster for C3 (sweep 2: 0.765 vs 0.806 ms),
-                // with fewer registers (204 vs 232).
-#pragma unroll
-                for (int pr = 0; pr < NPAIRS; ++pr) {
-                    uint4 bw[MGW];
-#pragma unroll
-                    for (int mg = 0; mg < MGW; ++mg) {
-                        const int grp = gc + mg < NGRP ? gc + mg : NGRP - 1;
-                        bw[mg] = wf[(pr * NGRP + grp) * 32 + lane];
-                    }
-                    const int off0 = row_offset(2 * pr);
-                    const int off1 = row_offset(2 * pr + 1);
-#pragma unroll
-                    for (int u = 0; u < NT; ++u) {
-                        if (u < nt) {
-                            const unsigned ah[4] = {xhi[base0[u] + off0], xhi[base1[u] + off0],
-                                                    xhi[base0[u] + off1], xhi[base1[u] + off1]};
-                            const unsigned al[4] = {xlo[base0[u] + off0], xlo[base1[u] + off0],
-                                                    xlo[base0[u] + off1], xlo[base1[u] + off1]};
-#pragma unroll
-                            for (int mg = 0; mg < MGW; ++mg) {
-                                if (MGW == 1 || gc + mg < NGRP) {
-                                    mma_f16(acc[u][mg], al, bw[mg].x, bw[mg].y);  // xl * wh
-                                    mma_f16(acc[u][mg], ah, bw[mg].z, bw[mg].w);  // xh * wl
-                                    mma_f16(acc[u][mg], ah, bw[mg].x, bw[mg].y);  // xh * wh
-                                }
-                            }
-                        }
-                    }
-                }
+                // Per tile (INTERLEAVE=0): accumulate_by_tile above.
+                accumulate_by_tile(acc, xhi, xlo, wf, base0, base1, nt, gc, lane);
 #endif
 
                 // D: acc[..][0..1] = map 4*group + t, position g, offsets 0, 1;

@@ -15,7 +15,7 @@
 // to 8). 20,000 bytes: static shared memory.
 //
 // Launch: block = 32 * WARPS threads, grid chosen by the host (grid-stride over tiles).
-#include <cuda_fp16.h>
+#include "mma_fragments.cuh"   // mma_f16, pack_relu, pack2
 
 #ifndef WARPS
 #define WARPS 4
@@ -35,26 +35,6 @@
 #define H_F3 (H_K2 * 32)
 #define H_BIAS_FLOATS 136
 #define H_UINT2S (H_F1 + H_F2 + H_F3 + H_BIAS_FLOATS / 2)
-
-static __device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], uint2 b)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
-}
-
-static __device__ __forceinline__ unsigned pack_relu(float lo, float hi)
-{
-    const __half2 h = __floats2half2_rn(fmaxf(lo, 0.0f), fmaxf(hi, 0.0f));
-    return *reinterpret_cast<const unsigned *>(&h);
-}
-
-static __device__ __forceinline__ unsigned pack2(float lo, float hi)
-{
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const unsigned *>(&h);
-}
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 fusedTensorCoreHalfKernel(const float *__restrict__ x, const uint2 *__restrict__ packed,
@@ -76,13 +56,7 @@ fusedTensorCoreHalfKernel(const float *__restrict__ x, const uint2 *__restrict__
         const int col0 = tile * 16 * M_TILES;
 
         float acc[M_TILES][H_NT][4];
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m)
-#pragma unroll
-            for (int nt = 0; nt < H_NT; ++nt) {
-                acc[m][nt][0] = acc[m][nt][2] = bias[8 * nt + 2 * q];
-                acc[m][nt][1] = acc[m][nt][3] = bias[8 * nt + 2 * q + 1];
-            }
+        bias_fragments(acc, bias, 0, q);
 #pragma unroll
         for (int j = 0; j < H_K1; ++j) {
             unsigned a[M_TILES][4];
@@ -110,13 +84,7 @@ fusedTensorCoreHalfKernel(const float *__restrict__ x, const uint2 *__restrict__
         }
 
         float acc2[M_TILES][H_NT][4];
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m)
-#pragma unroll
-            for (int nt = 0; nt < H_NT; ++nt) {
-                acc2[m][nt][0] = acc2[m][nt][2] = bias[HIDDEN + 8 * nt + 2 * q];
-                acc2[m][nt][1] = acc2[m][nt][3] = bias[HIDDEN + 8 * nt + 2 * q + 1];
-            }
+        bias_fragments(acc2, bias, HIDDEN, q);
 #pragma unroll
         for (int j = 0; j < H_K2; ++j) {
             unsigned a[M_TILES][4];
@@ -136,11 +104,7 @@ fusedTensorCoreHalfKernel(const float *__restrict__ x, const uint2 *__restrict__
         }
 
         float out[M_TILES][4];
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m) {
-            out[m][0] = out[m][2] = bias[2 * HIDDEN + 2 * q];
-            out[m][1] = out[m][3] = bias[2 * HIDDEN + 2 * q + 1];
-        }
+        bias_fragments(out, bias, 2 * HIDDEN, q);
 #pragma unroll
         for (int j = 0; j < H_K2; ++j) {
             const uint2 b = f3[j * 32 + lane];
@@ -154,19 +118,9 @@ fusedTensorCoreHalfKernel(const float *__restrict__ x, const uint2 *__restrict__
             }
         }
 
+        // Lane (g, q) holds outputs 2q, 2q + 1 of columns g and g + 8: only q < 2 are real.
         if (q < OUT / 2) {
-#pragma unroll
-            for (int m = 0; m < M_TILES; ++m) {
-                const int col = col0 + 16 * m + g;
-                if (col < n) {
-                    y[(size_t)(2 * q) * n + col] = out[m][0];
-                    y[(size_t)(2 * q + 1) * n + col] = out[m][1];
-                }
-                if (col + 8 < n) {
-                    y[(size_t)(2 * q) * n + col + 8] = out[m][2];
-                    y[(size_t)(2 * q + 1) * n + col + 8] = out[m][3];
-                }
-            }
+            store_output_fragments(y, out, col0, g, q, n);
         }
     }
 }

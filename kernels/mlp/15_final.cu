@@ -16,8 +16,8 @@
 // the host (kernelbook.mlp.tensor.Final) picks the kernel and its launch shape per test case.
 // In an exploratory H100 run the 3xFP16 kernel won at both sizes (100x100: 0.36 ms against
 // 0.57-0.61 ms for 3xTF32; 5x5: 8 us against 11 us), with relative L2 error 8e-7 vs float64.
-#include <cuda_fp16.h>
-#include "13_tensor_core_3xtf32.cu"
+#include "mma_fragments.cuh"     // mma_f16x, split2, mma_3xf16
+#include "tc_3xtf32_kernel.cuh"   // step 13's kernel
 
 #define S_K1 5
 #define S_K2 4
@@ -26,32 +26,6 @@
 #define S_F2 (S_K2 * S_NT * 32)
 #define S_F3 (S_K2 * 32)
 #define S_UINT4S (S_F1 + S_F2 + S_F3 + 136 / 4)
-
-static __device__ __forceinline__ void mma_f16x(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// (lo, hi) floats -> a __half2 of their hi parts and one of their residuals.
-static __device__ __forceinline__ void split2(float v0, float v1, unsigned &hi, unsigned &lo)
-{
-    const __half2 h = __floats2half2_rn(v0, v1);
-    const float2 back = __half22float2(h);
-    const __half2 l = __floats2half2_rn(v0 - back.x, v1 - back.y);
-    hi = *reinterpret_cast<const unsigned *>(&h);
-    lo = *reinterpret_cast<const unsigned *>(&l);
-}
-
-static __device__ __forceinline__ void mma_3xf16(float (&acc)[4], const unsigned (&a_hi)[4],
-                                                 const unsigned (&a_lo)[4], uint4 b)
-{
-    mma_f16x(acc, a_lo, b.x, b.y);
-    mma_f16x(acc, a_hi, b.z, b.w);
-    mma_f16x(acc, a_hi, b.x, b.y);
-}
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict__ packed,
@@ -73,13 +47,7 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
         const int col0 = tile * 16 * M_TILES;
 
         float acc[M_TILES][S_NT][4];
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m)
-#pragma unroll
-            for (int nt = 0; nt < S_NT; ++nt) {
-                acc[m][nt][0] = acc[m][nt][2] = bias[8 * nt + 2 * q];
-                acc[m][nt][1] = acc[m][nt][3] = bias[8 * nt + 2 * q + 1];
-            }
+        bias_fragments(acc, bias, 0, q);
 #pragma unroll
         for (int j = 0; j < S_K1; ++j) {
             unsigned hi[M_TILES][4], lo[M_TILES][4];
@@ -105,13 +73,7 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
         }
 
         float acc2[M_TILES][S_NT][4];
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m)
-#pragma unroll
-            for (int nt = 0; nt < S_NT; ++nt) {
-                acc2[m][nt][0] = acc2[m][nt][2] = bias[HIDDEN + 8 * nt + 2 * q];
-                acc2[m][nt][1] = acc2[m][nt][3] = bias[HIDDEN + 8 * nt + 2 * q + 1];
-            }
+        bias_fragments(acc2, bias, HIDDEN, q);
 #pragma unroll
         for (int j = 0; j < S_K2; ++j) {
             unsigned hi[M_TILES][4], lo[M_TILES][4];
@@ -131,11 +93,7 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
         }
 
         float out[M_TILES][4];
-#pragma unroll
-        for (int m = 0; m < M_TILES; ++m) {
-            out[m][0] = out[m][2] = bias[2 * HIDDEN + 2 * q];
-            out[m][1] = out[m][3] = bias[2 * HIDDEN + 2 * q + 1];
-        }
+        bias_fragments(out, bias, 2 * HIDDEN, q);
 #pragma unroll
         for (int j = 0; j < S_K2; ++j) {
             const uint4 b = f3[j * 32 + lane];
@@ -151,19 +109,9 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
             }
         }
 
+        // Lane (g, q) holds outputs 2q, 2q + 1 of columns g and g + 8: only q < 2 are real.
         if (q < OUT / 2) {
-#pragma unroll
-            for (int m = 0; m < M_TILES; ++m) {
-                const int col = col0 + 16 * m + g;
-                if (col < n) {
-                    y[(size_t)(2 * q) * n + col] = out[m][0];
-                    y[(size_t)(2 * q + 1) * n + col] = out[m][1];
-                }
-                if (col + 8 < n) {
-                    y[(size_t)(2 * q) * n + col + 8] = out[m][2];
-                    y[(size_t)(2 * q + 1) * n + col + 8] = out[m][3];
-                }
-            }
+            store_output_fragments(y, out, col0, g, q, n);
         }
     }
 }

@@ -13,4 +13,4 @@
 
 #define SPLIT3 1
 #define KERNEL_NAME conv_pool_final
-#include "07_tf32_implicit_gemm.cu"
+#include "tc_conv_pool.cuh"   // step 07's kernels
