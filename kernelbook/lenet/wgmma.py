@@ -208,12 +208,24 @@ class WgmmaFinal(ConvVariant):
                 kernel.max_dynamic_shared_size_bytes = smem  # opt in past 48 KiB
             per_sm = params["blocks_per_sm"]
             if per_sm == "auto":
-                per_sm = max(1, int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-                    kernel.ptr, plan["threads"], smem)))
+                per_sm = self._blocks_per_sm(kernel, plan["threads"], smem, props)
             grid = min(shape.B, int(props["multiProcessorCount"]) * per_sm)  # persistent: blocks loop over images
             config = (kernel, (grid,), plan["threads"], smem, False)
         self._launches[key] = config
         return config
+
+    @staticmethod
+    def _blocks_per_sm(kernel, threads: int, smem: int, props: dict) -> int:
+        """Resident blocks per SM: the driver's occupancy answer, else from registers and memory."""
+        import cupy as cp
+
+        try:
+            return max(1, int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, smem)))
+        except Exception:  # an older CuPy without the driver call
+            regs_per_warp = ceil_div(kernel.num_regs * 32, 256) * 256
+            by_regs = (int(props.get("regsPerMultiprocessor", 65536)) // regs_per_warp) // (threads // 32)
+            by_smem = int(props.get("sharedMemPerMultiprocessor", 233472)) // (smem + 1024)
+            return max(1, min(by_regs, by_smem, 2048 // threads))
 
     def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
         kernel, grid, threads, smem, generic = self._launch_config(shape, params)
