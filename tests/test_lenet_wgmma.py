@@ -104,3 +104,46 @@ def test_a_step_that_no_run_holds_replays_as_not_recorded_yet(no_gpu, monkeypatc
     assert "not recorded yet" in chapter.verdict().data
     with pytest.raises(Exception, match="not recorded yet"):
         run_chapter(STUDY, "wgmma-final", mode="replay", replay_run="20990101T0000Z-000000")
+
+
+def test_the_launch_is_planned_once_per_shape_and_device_and_uses_a_persistent_grid(monkeypatch):
+    import cupy as cp
+
+    impl = step()
+    impl._launches.clear()
+    queries = []
+
+    class FakeKernel:
+        ptr, num_regs, max_dynamic_shared_size_bytes = 0, 120, 0
+        calls = []
+
+        def __call__(self, grid, block, args, shared_mem=0, stream=None):
+            self.calls.append((grid, block, len(args), shared_mem))
+
+    fake = FakeKernel()
+    monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: 0)
+    monkeypatch.setattr(cp.cuda.runtime, "getDeviceProperties",
+                        lambda dev: queries.append(dev) or {"major": 9, "minor": 0, "multiProcessorCount": 132})
+    monkeypatch.setattr(cp.cuda.driver, "occupancyMaxActiveBlocksPerMultiprocessor", lambda *a: 2, raising=False)
+    monkeypatch.setattr(impl, "kernel", lambda name, params, shape: fake)
+    params = impl.params()
+    for batch, grid in ((100, 100), (10000, 264)):
+        shape = layer_shape("C3", batch)
+        for _ in range(3):
+            impl.launch(None, None, None, shape, params)
+        assert fake.calls[-1] == ((grid,), (256,), 4, impl.plan(shape, params)["smem_bytes"])
+    assert len(queries) == 2  # once per shape, not per call
+    assert fake.max_dynamic_shared_size_bytes == impl.plan(layer_shape("C3", 100), params)["smem_bytes"]
+
+
+def test_other_gpus_are_refused_before_launching(monkeypatch):
+    import cupy as cp
+
+    impl = step()
+    impl._launches.clear()
+    monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: 0)
+    monkeypatch.setattr(cp.cuda.runtime, "getDeviceProperties",
+                        lambda dev: {"major": 8, "minor": 0, "multiProcessorCount": 108})
+    monkeypatch.setattr(impl, "kernel", lambda *a: pytest.fail("compiled for a GPU without wgmma"))
+    with pytest.raises(ParameterError, match="H100 or H200"):
+        impl.launch(None, None, None, layer_shape("C3", 10), impl.params())
