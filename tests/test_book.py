@@ -56,7 +56,9 @@ def test_every_chapter_page_is_labelled_replayed(built_book):
     html, report = built_book
     for nb in report.notebooks:
         text = _text(html / "book" / f"{nb.name}.html")
-        assert ("Replayed" in text or "replayed" in text) and "Measured now" not in text, nb.name
+        # replayed, or (a step no run holds yet) saying so
+        assert ("Replayed" in text or "replayed" in text or "not recorded yet" in text) and "Measured now" not in text, \
+            nb.name
 
 
 CHAPTERS = ("lenet", "mlp", "vgg")
@@ -81,7 +83,8 @@ def test_every_chapter_has_its_banner_once_and_its_tables(built_book):
         if not nb.name.split("/")[-1][:2].isdigit() or nb.name.endswith("90_profiles"):
             continue
         page = (html / "book" / f"{nb.name}.html").read_text()
-        assert page.count("Every number on this page comes from this recording") == 1, nb.name
+        banners = page.count("Every number on this page comes from this recording") + page.count("Not recorded.")
+        assert banners == 1, nb.name  # the recording's provenance, or (no run holds the step yet) that
         assert page.count('class="kernelbook-table"') >= 3, nb.name
         assert "OUTCOME" not in page and "CAPITALS" not in _text(html / "book" / f"{nb.name}.html"), nb.name
 
