@@ -45,12 +45,25 @@ def define_options(defines: Mapping[str, object]) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=256)
-def _module(relpath: str, options: tuple[str, ...]):
-    """Compile once per (file, options) and process: launches look the module up, they never
-    stat or hash a file. After editing a .cu file, restart the notebook's kernel."""
+def _module(relpath: str, options: tuple[str, ...], arch: str | None = None):
+    """Compile once per (file, options, arch) and process: launches look the module up, they never
+    stat or hash a file. After editing a .cu file, restart the notebook's kernel.
+
+    ``arch`` None: NVRTC for the device's own architecture. An architecture-specific target such as
+    ``sm_90a`` (wgmma, setmaxnreg exist only there) is built by nvcc into a cubin and loaded."""
     import cupy as cp
 
     src = source_path(relpath)
+    if arch is not None:
+        out = Path(tempfile.mkdtemp(prefix="kernelbook-")) / f"{src.stem}.cubin"
+        cmd = [nvcc_path(), *_target(arch), "-cubin", "-O3", "-std=c++17", f"-I{src.parent}", *options,
+               "-o", str(out), str(src)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise CompileError(f"nvcc could not compile kernels/{relpath} for {arch} with "
+                               f"{' '.join(options) or 'no options'}:\n{proc.stderr.strip()[-2000:]}",
+                               "fix the compile error shown above.")
+        return cp.RawModule(path=str(out))
     # -I lets a step #include the previous step's file instead of repeating its kernel.
     module = cp.RawModule(code=src.read_text(), options=("--std=c++17", f"-I{src.parent}") + options)
     try:
@@ -61,13 +74,14 @@ def _module(relpath: str, options: tuple[str, ...]):
     return module
 
 
-def get_module(relpath: str, defines: Mapping[str, object] | None = None):
-    return _module(relpath, define_options(defines or {}))
+def get_module(relpath: str, defines: Mapping[str, object] | None = None, arch: str | None = None):
+    return _module(relpath, define_options(defines or {}), arch)
 
 
-def get_kernel(relpath: str, name: str, defines: Mapping[str, object] | None = None):
-    """A compiled ``cupy.RawKernel`` for ``name`` in ``kernels/<relpath>`` with ``defines``."""
-    return get_module(relpath, defines).get_function(name)
+def get_kernel(relpath: str, name: str, defines: Mapping[str, object] | None = None, arch: str | None = None):
+    """A compiled ``cupy.RawKernel`` for ``name`` in ``kernels/<relpath>`` with ``defines`` (for
+    ``arch``, e.g. ``sm_90a``, when the kernel needs an architecture-specific target)."""
+    return get_module(relpath, defines, arch).get_function(name)
 
 
 # ----------------------------------------------------------------------------- nvcc reports
@@ -126,13 +140,20 @@ def parse_ptxas(text: str) -> list[FunctionReport]:
     return [FunctionReport(**r) for r in reports]  # type: ignore[arg-type]
 
 
-def compile_cubin(relpath: str, defines: Mapping[str, object] | None = None, arch: str = "sm_90",
+def _target(arch: str) -> list[str]:
+    """nvcc's target options: ``sm_90a`` needs the -gencode form (``-arch=sm_90a`` also runs a
+    plain sm_90 pass, which rejects wgmma)."""
+    return [f"-gencode=arch=compute_{arch[3:]},code={arch}"] if arch.endswith("a") else [f"-arch={arch}"]
+
+
+def compile_cubin(relpath: str, defines: Mapping[str, object] | None = None, arch: str | None = "sm_90",
                   out: Path | None = None) -> tuple[Path, list[FunctionReport]]:
-    """Compile with nvcc to a cubin (no GPU needed) and return it with the ptxas report."""
+    """Compile with nvcc to a cubin (no GPU needed) and return it with the ptxas report (``arch``
+    None: sm_90, what a step without an architecture-specific target runs on here)."""
+    arch = arch or "sm_90"
     src = source_path(relpath)
     out = Path(out) if out else Path(tempfile.mkdtemp(prefix="kernelbook-")) / (src.stem + ".cubin")
-    target = ([f"-gencode=arch=compute_{arch[3:]},code={arch}"] if arch.endswith("a") else [f"-arch={arch}"])
-    cmd = [nvcc_path(), *target, "-cubin", "-std=c++17", "-Xptxas", "-v",
+    cmd = [nvcc_path(), *_target(arch), "-cubin", "-std=c++17", "-Xptxas", "-v",
            *define_options(defines or {}), "-o", str(out), str(src)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:

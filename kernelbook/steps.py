@@ -80,6 +80,9 @@ class StepImpl:
     #: products per product, for FP32 accuracy), tf32+2xbf16 (one TF32 and two BF16 products).
     #: ``math_for`` answers per problem.
     math: ClassVar[str] = "fp32"
+    #: None: NVRTC for the device's architecture; "sm_90a": nvcc for Hopper's architecture-specific
+    #: target (wgmma, setmaxnreg), which also the compile test uses for this step.
+    arch: ClassVar[str | None] = None
     step: "Step"                          # set by StepList
     step_list: "StepList"                 # set by StepList: the study's steps, for ``other``
 
@@ -177,7 +180,7 @@ class StepImpl:
     def kernel(self, name: str, params: dict, problem):
         from . import kernels
 
-        return kernels.get_kernel(self.source, name, self.defines(params, problem))
+        return kernels.get_kernel(self.source, name, self.defines(params, problem), arch=self.arch)
 
     def prepare(self, params: dict, problem) -> None:
         """Compile everything ``launch`` needs for ``problem``, so compiling stays out of timings."""

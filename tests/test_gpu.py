@@ -103,3 +103,39 @@ def test_constant_memory_steps_on_two_streams_are_correct_or_refused():
     if not refused:
         ref2 = conv2d_reference(xs, k2.get().astype(np.float64))
         assert np.allclose(y2[:4].get(), ref2, rtol=1e-4, atol=1e-4)
+
+
+# ---- the range test: FP32-accurate means <= 1e-5 relative L2 for inputs and weights from 1e-6 to 1e6
+
+FP32_STEPS = [s for s in lenet.variant_names() if lenet.get_variant(s).tolerance <= 1e-5]
+RANGE_CASES = [(f"x{xs:g}-k{ks:g}", xs, ks) for xs in (1e-6, 1.0, 1e6) for ks in (1e-6, 1.0, 1e6)] + [
+    ("x-mixed", "mixed", 1.0), ("k-mixed", 1.0, "mixed"), ("both-mixed", "mixed", "mixed")]
+
+
+def _draw(rng, shape, scale):
+    """Standard normal times the scale, or times 10^U(-6, 6) per element ('mixed')."""
+    base = rng.standard_normal(shape)
+    return (base * (10.0 ** rng.uniform(-6, 6, size=shape) if scale == "mixed" else scale)).astype(np.float32)
+
+
+@pytest.mark.parametrize("slug", FP32_STEPS)
+@pytest.mark.parametrize("layer", ["C1", "C3"])
+def test_fp32_steps_pass_the_range_test(slug, layer):
+    import cupy as cp
+
+    from kernelbook.checks import poisoned
+    from kernelbook.lenet.reference import conv2d_reference
+
+    impl = lenet.get_variant(slug)
+    shape = lenet.layer_shape(layer, 2)
+    rng = np.random.default_rng()
+    errors = {}
+    for name, xs, ks in RANGE_CASES:
+        x, k = _draw(rng, shape.x_shape, xs), _draw(rng, shape.k_shape, ks)
+        out = poisoned(shape.y_shape)
+        conv_forward(cp.asarray(x), cp.asarray(k), slug, out=out)
+        y = out.get().astype(np.float64)
+        ref = conv2d_reference(x.astype(np.float64), k.astype(np.float64))
+        errors[name] = float(np.linalg.norm(y - ref) / np.linalg.norm(ref)) if np.all(np.isfinite(y)) else float("inf")
+    failed = {name: err for name, err in errors.items() if not err <= 1e-5}
+    assert not failed, f"{slug} {layer}: relative L2 over 1e-5 in {failed}"

@@ -56,3 +56,21 @@ def test_inputs_have_the_problem_s_shapes(study, case, size):
     host = study.inputs(impl, shape, np.random.default_rng(0), case)
     assert host[0].dtype == np.float32
     assert case in [c for c, _ in harness.problems(study, [size] if size else [case])]
+
+
+@pytest.mark.parametrize("slug, fp32", [("baseline", True), ("hopper-final", True), ("wgmma-final", True),
+                                        ("fp16", False), ("tensor-cores", False)])
+def test_lenet_fp32_steps_carry_the_range_test_and_half_precision_steps_do_not(slug, fp32):
+    from kernelbook.lenet import checks
+
+    impl = LENET.impl(slug)
+    cases = LENET.check_cases(impl, impl.params(), 0, np.random.default_rng(2))
+    ranged = {c.label: c for c in cases if c.label.startswith("range")}
+    assert bool(ranged) == fp32
+    if fp32:
+        assert len(ranged) == 2 * len(checks.RANGE_CASES)
+        big = ranged["range C3 x*1e+06 k*1e-06"]
+        x, k = big.host
+        assert 1e5 < np.abs(x).max() < 1e8 and 1e-8 < np.abs(k).max() < 1e-4
+        x, _ = ranged["range C1 x*mixed k*1"].host
+        assert np.abs(x).max() / np.abs(x[x != 0]).min() > 1e8  # magnitudes mixed in one tensor

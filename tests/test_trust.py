@@ -191,6 +191,7 @@ def test_an_output_folder_that_cannot_be_written_is_a_clear_error(tmp_path, no_g
     ("tiled", {"tile_width": 2, "imgs_per_block": 100}, "z dimension of 100"),
     ("specialised", {"threads": 512, "min_blocks": 8}, "__launch_bounds__"),
     ("hopper-final", {"c1_path": "tensor", "threads": 1024, "min_blocks": 4}, "registers per thread"),
+    ("wgmma-final", {"threads": 1024, "min_blocks": 4}, "registers per thread"),
 ])
 def test_launch_limits_are_checked_before_any_launch(step, params, words):
     impl = get_variant(step)

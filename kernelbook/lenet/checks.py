@@ -3,6 +3,10 @@
 Shapes: the network's two layers (small batches) and random valid shapes, non-square included,
 drawn inside what the step accepts. A shape the step refuses is itself checked: it must be
 refused by ``validate`` before any launch. The verdict is the core's (``kernelbook.checks``).
+
+The range test: a step that claims FP32 accuracy (tolerance <= 1e-5) is also checked on both
+layers with inputs and weights scaled independently by 1e-6 .. 1e6, and with tensors whose
+elements mix magnitudes from 1e-6 to 1e6 (RANGE_CASES); tests/test_gpu.py runs a wider grid.
 """
 
 from __future__ import annotations
@@ -34,6 +38,32 @@ def check_case(label: str, shape: ConvShape, rng: np.random.Generator):
     return CheckCase(label, shape, (x, k), lambda: conv2d_reference(x.astype(np.float64), k.astype(np.float64)))
 
 
+# (x scale, k scale): a number, or "mixed" (standard normal times 10^U(-6, 6) per element)
+RANGE_CASES = ((1e-6, 1e-6), (1e6, 1e6), (1e-6, 1e6), (1e6, 1e-6), (1e-3, 1e3), (1e3, 1e-3), ("mixed", 1.0),
+               (1.0, "mixed"))
+
+
+def claims_fp32(impl) -> bool:
+    return impl.precision == "fp32" and impl.tolerance <= 1e-5
+
+
+def range_case(layer: str, xs, ks, rng: np.random.Generator, batch: int = 2):
+    """One range-test problem: the layer's shape, inputs and weights scaled by ``xs`` / ``ks``."""
+    from ..harness import CheckCase
+    from .reference import conv2d_reference
+
+    shape = layer_shape(layer, batch)
+
+    def draw(size, scale):
+        base = rng.standard_normal(size)
+        return (base * (10.0 ** rng.uniform(-6, 6, size=size) if scale == "mixed" else scale)).astype(np.float32)
+
+    x, k = draw(shape.x_shape, xs), draw(shape.k_shape, ks)
+    name = lambda v: "mixed" if v == "mixed" else f"{v:g}"  # noqa: E731
+    return CheckCase(f"range {layer} x*{name(xs)} k*{name(ks)}", shape, (x, k),
+                     lambda: conv2d_reference(x.astype(np.float64), k.astype(np.float64)))
+
+
 def check_cases(impl, params: dict, n_random: int, rng: np.random.Generator) -> list:
     """The network's two layers (batch 3) plus ``n_random`` random shapes the step accepts, each
     with fresh inputs in [-1, 1) and its float64 reference."""
@@ -49,4 +79,6 @@ def check_cases(impl, params: dict, n_random: int, rng: np.random.Generator) -> 
             continue  # outside this step's limits: not a valid input for it
         cases.append(check_case("random", shape, rng))
         drawn += 1
+    if claims_fp32(impl):
+        cases += [range_case(layer, xs, ks, rng) for layer in ("C1", "C3") for xs, ks in RANGE_CASES]
     return cases

@@ -16,6 +16,7 @@ HOPPER_MAX_PREFETCH = 16        # float4 registers per thread for one image
 STATIC_SMEM_MAX = H100.static_smem_per_block  # beyond this the launch must raise the kernel's dynamic limit
 GENERIC_THREADS = 256
 H100_SMS = 132                  # used for the grid when no GPU is present (validation, replay)
+_ATTRIBUTES: dict = {}          # device ordinal -> its attributes (read once: see HopperFinal._attributes)
 
 # 'auto' configurations, by layer kind, from the device sweeps in kernels/lenet/NOTES.md
 # (step 15). "wide" = at least 8 maps (C3), "narrow" = fewer (C1).
@@ -192,11 +193,20 @@ class HopperFinal(ConvVariant):
     # -- launch
 
     @staticmethod
-    def _blocks_per_sm(kernel, threads: int, smem: int) -> int:
-        """Resident blocks per SM from the compiled kernel's registers and its shared memory."""
+    def _attributes() -> dict:
+        """The current device's attributes, read once per device (CuPy's ``Device().attributes``
+        queries every attribute of the device: tens of microseconds on each call)."""
         import cupy as cp
 
-        attrs = cp.cuda.Device().attributes
+        device = cp.cuda.runtime.getDevice()
+        if device not in _ATTRIBUTES:
+            _ATTRIBUTES[device] = dict(cp.cuda.Device(device).attributes)
+        return _ATTRIBUTES[device]
+
+    @classmethod
+    def _blocks_per_sm(cls, kernel, threads: int, smem: int) -> int:
+        """Resident blocks per SM from the compiled kernel's registers and its shared memory."""
+        attrs = cls._attributes()
         regs_per_warp = ceil_div(kernel.num_regs * 32, 256) * 256
         by_regs = (attrs.get("MaxRegistersPerMultiprocessor", 65536) // regs_per_warp) // (threads // 32)
         by_smem = attrs.get("MaxSharedMemoryPerMultiprocessor", 233472) // (smem + 1024)
@@ -204,8 +214,6 @@ class HopperFinal(ConvVariant):
         return max(1, min(by_regs, by_smem, by_threads, 32))
 
     def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        import cupy as cp
-
         if self.direct(shape, params):
             self.specialised().launch(y, x, k, shape, self.specialised().params(), stream=stream)
             return
@@ -220,6 +228,6 @@ class HopperFinal(ConvVariant):
         per_sm = params["blocks_per_sm"]
         if per_sm == "auto":
             per_sm = self._blocks_per_sm(kernel, plan["threads"], plan["smem_bytes"])
-        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        sms = self._attributes()["MultiProcessorCount"]
         grid = min(shape.B, sms * per_sm)  # persistent: each block loops over images
         kernel((grid,), (plan["threads"],), (y, x, k, *int32(shape.B)), shared_mem=plan["smem_bytes"], stream=stream)

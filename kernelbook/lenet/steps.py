@@ -5,6 +5,7 @@ from ..steps import Step, StepList
 from .direct import ConstantMemory, RestrictUnroll, Streams, Sweep, Tiled
 from .final import Specialised
 from .hopper import HopperFinal
+from .wgmma import WgmmaFinal
 from .gemm import CublasMatmul, Fp16, FusedUnrollMatmul, UnrollMatmul
 from .tensor import IndexReuse, PerLayer, RegisterTiling, TensorCores
 from .variants import Baseline
@@ -33,4 +34,6 @@ STEPS = StepList("lenet", [
          "Shape-specialised direct convolution: FP32 on CUDA cores (C1), 3xTF32 tensor cores (C3)", Specialised),
     Step(15, "hopper-final", "15_hopper_final",
          "Final: FP16 hi/lo split on tensor cores (C3), the FP32 direct kernel for C1", HopperFinal),
+    Step(16, "wgmma-final", "16_wgmma_final",
+         "wgmma final: warpgroup MMA and bulk copies for both layers (FP16 hi/lo split, sm_90a)", WgmmaFinal),
 ])
