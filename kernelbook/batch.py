@@ -21,11 +21,9 @@ of the results store and of ``out_dir``, wherever the notebooks ran.
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
@@ -106,130 +104,10 @@ def _check_parameters(name: str, source: Path, ipynb: Path, nb, parameters: dict
         )
 
 
-# ----------------------------------------------------------------------------- the report
+# The report (what batch.json holds) lives in batch_report, below the engines that fill it.
+from .batch_report import (BatchReport, NotebookResult, record_source as _record_source,  # noqa: E402,F401
+                           relative_path as _relative, short_error as _short_error, source_digest)
 
-
-@dataclass
-class NotebookResult:
-    """How one notebook of the batch ended (``running`` left behind means the batch was killed)."""
-
-    name: str
-    path: str
-    output: str
-    status: str = "pending"  # pending, running, ok, failed, interrupted
-    seconds: float | None = None
-    error: str | None = None
-    source_sha256: str | None = None  # of the source that was executed: a later edit makes the page stale
-    run_id: str | None = None
-    finished_utc: str | None = None
-    shown_instead: list = field(default_factory=list)  # [part, name, asked for, shown] of replayed pages
-    worker: str | None = None  # where it ran ("local": in the batch's own process)
-    gpu: str | None = None  # the UUID of the GPU that measured it (None: replayed)
-    attempts: list = field(default_factory=list)  # every try: {worker, gpu, status, error, seconds}
-
-
-@dataclass
-class BatchReport:
-    """What ``run_batch`` did; ``batch.json`` is this object as JSON.
-
-    ``run_id`` is the run the batch recorded into, or None for a replay batch (which records
-    nothing, so announces no run)."""
-
-    run_id: str | None
-    mode: str
-    parameters: dict
-    out_dir: str
-    started_utc: str
-    finished_utc: str | None = None
-    notebooks: list[NotebookResult] = field(default_factory=list)
-    engine: str = "sequential"
-    workers: int = 1
-    gpus: list = field(default_factory=list)  # every GPU of the batch (measuring), as in the run's manifest
-    seconds: float | None = None
-    interrupted: bool = False
-    measuring: bool = False
-
-    earlier: list[NotebookResult] = field(default_factory=list)  # notebooks of earlier batches, kept
-
-    @property
-    def failed(self) -> list[NotebookResult]:
-        return [nb for nb in self.notebooks if nb.status != "ok"]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
-
-    @property
-    def recorded(self) -> bool:
-        """Whether the batch's run exists in the store (a measured batch wrote at least one part)."""
-        return bool(self.run_id) and (paths.results_dir() / self.run_id / "manifest.json").is_file()
-
-    def to_json(self) -> dict:
-        data = asdict(self)
-        data.pop("earlier")
-        # The record the build reads: every notebook's latest execution, this batch's first.
-        mine = {nb.name for nb in self.notebooks}
-        data["notebooks"] = data["notebooks"] + [asdict(nb) for nb in self.earlier if nb.name not in mine]
-        return data
-
-
-def _short_error(exc: BaseException, limit: int = 300) -> str:
-    """One line for the progress log: the exception type, and the notebook's own error inside it."""
-    from papermill.exceptions import PapermillExecutionError
-
-    if isinstance(exc, PapermillExecutionError):
-        detail = f"{exc.ename}: {exc.evalue}"
-        if exc.exec_count is not None:
-            detail = f"cell [{exc.exec_count}] {detail}"
-    elif isinstance(exc, KernelbookError):
-        detail = f"{exc.message} Fix: {exc.fix}"
-    else:
-        detail = str(exc)
-    detail = " ".join(detail.split())
-    if len(detail) > limit:
-        detail = detail[: limit - 3] + "..."
-    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-
-
-def _relative(path: Path) -> str:
-    """A path relative to the repository when it lies inside it (batch.json stays portable)."""
-    try:
-        return Path(path).resolve().relative_to(paths.REPO_ROOT).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def source_digest(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def _record_source(nb, source: Path) -> None:
-    """Point papermill's ``input_path`` at the MyST source, and show the parameters once.
-
-    Papermill adds a cell of injected parameters after the ``parameters`` cell; a reader would see
-    two cells of parameters, one of them stale. The values that were used are folded into the
-    ``parameters`` cell (a line per injected name replaced, new names appended) and the injected
-    cell is hidden.
-    """
-    nb.metadata.setdefault("papermill", {})["input_path"] = _relative(source)
-    injected = next((c for c in nb.cells if "injected-parameters" in (c.get("metadata", {}).get("tags") or [])), None)
-    original = next((c for c in nb.cells if "parameters" in (c.get("metadata", {}).get("tags") or [])), None)
-    if injected is not None and original is not None:
-        values = {}
-        for line in injected.source.splitlines():
-            name, sep, _ = line.partition(" = ")
-            if sep and name.isidentifier():
-                values[name] = line
-        lines = []
-        for line in original.source.splitlines():
-            name = line.split("=", 1)[0].strip()
-            if name in values:
-                comment = line[line.index("#"):] if "#" in line else ""
-                lines.append(values.pop(name) + (f"  {comment}" if comment else ""))
-            else:
-                lines.append(line)
-        original.source = "\n".join(lines + list(values.values()))
-        injected.metadata.setdefault("tags", []).append("remove-cell")
 
 
 # ----------------------------------------------------------------------------- the batch

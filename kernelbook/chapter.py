@@ -19,49 +19,19 @@ study's step list's (``StepList.previous``), never typed in a notebook.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from . import params as P
 from .escape import shown_value
 from . import session as session_mod
 from .measure import check_repeats
+from . import stepdata
+from .stepdata import StepRecording
 from .steps import Step
 from .study import Study
 
 
-@dataclass
-class Chapter(session_mod.RecordingView):
-    """A step's recording with its study: what every section reads."""
-
-    study: Study
-    step: Step
-    recording: session_mod.Recording
-
-    # ------------------------------------------------------------------ the recording
-
-    @property
-    def variant(self) -> str:
-        return self.step.slug
-
-    @property
-    def correct(self) -> bool:
-        flags = [r["value"] for r in self.records if r["metric"] == "correct"]
-        return bool(flags) and all(v == 1.0 for v in flags)
-
-    def case_params(self) -> dict[str, dict]:
-        """The parameters each case was timed with (chapter-wide under per-case ones)."""
-        params = self.parameters.get("params") or {}
-        per_case = self.parameters.get(self.study.case_params_name) or {}
-        return {case: {**params, **(per_case.get(case) or {})} for case in self.study.cases}
-
-    def frame(self):
-        import pandas as pd
-
-        return pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in self.records])
-
-    # ------------------------------------------------------------------ sections
-    # A step no recorded run holds yet (added after the last run, replayed without a GPU) still
-    # makes a page: its banner says "Not recorded", every section below says so in its place.
+class Chapter(StepRecording):
+    """A step's recording with its study, and a section per call: what every notebook runs."""
 
     def _not_recorded(self, caption: str):
         from .report import message_table
@@ -258,11 +228,6 @@ def run_chapter(study: Study, step: str, params: dict | None = None, case_params
 
 
 def load_recorded(study: Study, step: str, prefer_run: str | None = None) -> Chapter | None:
-    """A step's recorded chapter for comparisons: from ``prefer_run`` when it holds the step (so a
-    batch compares like with like), else the newest run that does; None when none does."""
-    entry = study.steps.get(step)
-    recording = session_mod.replayed(study.part(entry.slug), study.name, prefer_run)
-    if not recording.found:
-        return None
-    recording.session.reason = "recorded earlier, shown for comparison"
-    return Chapter(study, entry, recording)
+    """``stepdata.load_recorded`` as a Chapter (with its sections), for comparisons on a page."""
+    found = stepdata.load_recorded(study, step, prefer_run)
+    return None if found is None else Chapter(found.study, found.step, found.recording)

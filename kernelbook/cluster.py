@@ -108,7 +108,7 @@ def execute(task: dict) -> dict:
     """
     import papermill
 
-    from .batch import _short_error
+    from .batch_report import short_error as _short_error
 
     gpu = visible_gpu() if task.get("measuring") else None
     _announce(task, gpu)

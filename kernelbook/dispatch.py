@@ -16,7 +16,8 @@ from typing import TextIO
 
 from . import results
 from .atomic import write_json_atomic, write_text_atomic
-from .batch import BatchReport, NotebookResult, _record_source, _short_error
+from .batch_report import BatchReport, NotebookResult
+from .batch_report import record_source as _record_source, short_error as _short_error
 from .errors import KernelbookError
 
 

@@ -149,7 +149,7 @@ def _case_rows(chapter, columns, spread: bool) -> pd.DataFrame:
     study = chapter.study
     baseline = None
     if any(c.kind == "speedup_vs_baseline" for c in columns):
-        from .chapter import load_recorded
+        from .stepdata import load_recorded
 
         baseline = chapter if chapter.variant == study.steps.baseline.slug else load_recorded(
             study, study.steps.baseline.slug, prefer_run=chapter.session.run.run_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import results
-from .chapter import load_recorded
+from .stepdata import load_recorded
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
 from .evidence.vendor import vendor

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 STUDY_LABELS = {"lenet": "LeNet", "mlp": "MLP", "vgg": "VGG layer"}
 TEMPLATE = ROOT / "book" / "_templates" / "chapter.md"
-CELL = re.compile(r"(```\{code-cell\} ipython3\n:tags: \[parameters\]\n\n)(.*?)(```)", re.S)
+CELL = re.compile(r"(```\{code-cell\} ipython3\n:tags: \[parameters(?:, hide-input)?\]\n\n)(.*?)(```)", re.S)
 STANDARD = ("step", "variant", "params", "repeats", "warmup", "check_shapes", "seed", "mode", "run_id",
             "replay_run", "profile")
 

@@ -89,7 +89,7 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
 
 def floor_table(study, size: int | None, steps: Iterable[str] | None = None, found_ceilings: Ceilings | None = None,
                 found_vendor=None, prefer_run: str | None = None):
-    from ..chapter import load_recorded
+    from ..stepdata import load_recorded
 
     steps = list(steps or study.steps.slugs())
     chapters = {s: load_recorded(study, s, prefer_run=prefer_run) for s in steps}

@@ -41,7 +41,7 @@ class ProfilesPage:
     def maths(self) -> dict:
         """Each step's arithmetic per case ((step, case) -> ``math_for`` of its recorded parameters),
         for the notes on points above a roof: one step may run its cases on different units."""
-        from ..chapter import load_recorded
+        from ..stepdata import load_recorded
 
         out = {}
         for slug in self.study.steps.slugs():

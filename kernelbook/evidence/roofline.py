@@ -73,7 +73,7 @@ def points(study, size: int | None = None, prefer_run: str | None = None, found_
            steps=None) -> pd.DataFrame:
     """Every recorded step's point per case at ``size`` (chapters and ncu parts from ``prefer_run``
     when it holds them, else from their newest runs), plus the vendor library when recorded."""
-    from ..chapter import load_recorded
+    from ..stepdata import load_recorded
 
     steps = list(steps or study.steps.slugs())
     chapters = {v: load_recorded(study, v, prefer_run=prefer_run) for v in steps}

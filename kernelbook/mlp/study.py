@@ -112,7 +112,7 @@ class MlpStudy(Study):
     def reported_best(self):
         import pandas as pd
 
-        from ..chapter import load_recorded
+        from ..stepdata import load_recorded
         from ..report import find_record
 
         rows = []

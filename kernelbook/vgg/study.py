@@ -105,7 +105,7 @@ class VggStudy(Study):
     def expectations(self, chapter) -> list[str]:
         import pandas as pd
 
-        from ..chapter import load_recorded
+        from ..stepdata import load_recorded
         from ..report import find_record
 
         from ..summary import opening_lines
