@@ -10,7 +10,7 @@ out=${SCREENS:-_build/screens}
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 [ -n "$browser" ] || { echo "headless Chromium is needed: apt-get install chromium" >&2; exit 2; }
 mkdir -p "$out"
-pages="book/intro book/lenet/00_baseline book/lenet/03_tiled book/lenet/11_index_reuse book/lenet/15_hopper_final book/lenet/90_profiles book/mlp/11_better_occupancy book/mlp/15_final book/mlp/90_profiles book/vgg/07_tf32_implicit_gemm book/vgg/09_winograd book/vgg/90_profiles book/summary book/glossary"
+pages="book/intro book/lenet/00_baseline book/lenet/03_tiled book/lenet/11_index_reuse book/lenet/15_hopper_final book/lenet/90_profiles book/mlp/11_better_occupancy book/mlp/15_final book/mlp/90_profiles book/vgg/07_tf32_implicit_gemm book/vgg/09_winograd book/vgg/13_hopper_3xtf32 book/vgg/90_profiles book/mlp/17_final_full_range book/lenet/16_wgmma_final book/summary book/glossary"
 for page in $pages; do
   for width in 1280 400; do
     name=$(echo "$page" | tr '/' '_')-$width.png

@@ -16,7 +16,7 @@ import subprocess
 from .. import kernels, results
 from .. import session as session_mod
 SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?\b")
-SHOWN_OPCODES = ("FFMA", "FMUL", "FADD", "HFMA2", "HMMA", "IMAD", "IADD3", "LDG", "LDS", "LDC", "ULDC", "LDL",
+SHOWN_OPCODES = ("FFMA", "FMUL", "FADD", "HFMA2", "HMMA", "HGMMA", "UTMALDG", "UBLKCP", "LDGSTS", "IMAD", "IADD3", "LDG", "LDS", "LDC", "ULDC", "LDL",
                  "STG", "STS", "STL", "BAR", "BRA")
 
 
@@ -127,7 +127,8 @@ def table(found: session_mod.Recording, chapter=None):
     tall = wide.T
     tall.columns = [f"{kernel} ({layer})" for kernel, layer in tall.columns]
     tall.insert(0, "ptxas / SASS", [c.replace("sass_", "") for c in tall.index])
+    arch = (getattr(chapter.study.impl(chapter.variant), "arch", None) if chapter is not None else None) or "sm_90"
     note = "" if any(c.startswith("sass_") for c in frame["metric"]) else " (no SASS: cuobjdump was not installed where this was recorded)"
     return styled(tall.reset_index(drop=True), f"ptxas report (registers per thread, shared memory and spills in "
                                                f"bytes) and static SASS instruction counts per kernel and case, "
-                                               f"sm_90{note}. [{found.short_label}]")
+                                               f"{arch}{note}. [{found.short_label}]")
