@@ -186,8 +186,23 @@ def evaluate_targets(study) -> list[dict]:
                 best = (slug, value, chapter.session.run.run_id)
         ref = (_summed([r for r in found_vendor.records if r["variant"] == target["vendor"]], study.time_metric,
                        cases, size) if target.get("vendor") else None)
-        out.append({**target, "best": best, "vendor_ms": ref})
+        vendor_run = found_vendor.session.run.run_id if ref is not None and found_vendor.found else None
+        out.append({**target, "best": best, "vendor_ms": ref, "vendor_run": vendor_run})
     return out
+
+
+def vendor_ratio(t: dict) -> str:
+    """The library's time over the step's, said only where both come from one run (ratios across
+    runs mix two devices' states), with the study's minimum ratio (``vendor_ratio``) judged."""
+    if t.get("vendor_ms") is None or t.get("best") is None:
+        return ""
+    slug, ms, run_id = t["best"]
+    if t.get("vendor_run") != run_id:
+        return " (another run: no ratio)"
+    ratio = t["vendor_ms"] / ms
+    need = t.get("vendor_ratio")
+    judged = "" if need is None else f", target ≥ {need:g}×: {'met' if ratio >= need else 'missed'}"
+    return f" ({ratio:.2f}× the step's time{judged})"
 
 
 def opening_lines(study, chapter) -> list[str] | None:
@@ -212,7 +227,7 @@ def target_lines(study) -> list[str]:
         line = f"{t['what']} (≤ {format_ms(t['limit_ms'])}): the fastest such step, {slug}, takes {format_ms(ms)}: {verdict}"
         if t["vendor_ms"] is not None:
             ahead = ms < t["vendor_ms"]
-            line += (f"; {t['vendor']} takes {format_ms(t['vendor_ms'])}, so the step is "
+            line += (f"; {t['vendor']} takes {format_ms(t['vendor_ms'])}{vendor_ratio(t)}, so the step is "
                      f"{'ahead of' if ahead else 'behind'} it")
         lines.append(line + f" (run {run_id}).")
     return lines
@@ -245,7 +260,8 @@ def target_frame(study) -> pd.DataFrame:
                                                           f"missed ({ms / t['limit_ms']:.2f}× the limit)"),
                      "Its time": format_ms(ms), "Limit": f"≤ {format_ms(t['limit_ms'])}",
                      "Fastest eligible step": slug, "Its floor": format_ms(floor),
-                     "Library": f"{t['vendor']} {format_ms(t['vendor_ms'])}" if t.get("vendor") else "–",
+                     "Library": (f"{t['vendor']} {format_ms(t['vendor_ms'])}{vendor_ratio(t)}" if t.get("vendor")
+                                 else "–"),
                      "Limit set by": t.get("source") or DEFAULT_TARGET_SOURCE, "Run": run_id})
     return pd.DataFrame(rows)
 

@@ -5,6 +5,9 @@ source::
 
     <!-- claim: STUDY STEP [DEGREE-]WORD OTHER METRIC CASE [SIZE] -->
 
+STEP and OTHER are steps of the study or, for a time, a library row of its profiles page
+(``torch-fp32``, ``cudnn-tf32-channels-last`` …), read from the recorded library run.
+
 WORD is ``faster``/``slower`` (a time: smaller is faster) or ``higher``/``lower`` (any other
 metric, e.g. the tensor pipe's share of peak or the instruction count); DEGREE, when the prose
 says one, is ``slightly`` (the two differ by less than ``SLIGHTLY`` of the larger), ``much`` (by
@@ -56,6 +59,14 @@ def claims():
 
 
 def value(study, step: str, metric: str, case: str, at):
+    if step not in study.steps.slugs():  # a library row of the profiles page (torch-fp32, cudnn-tf32 …)
+        from kernelbook.evidence.vendor import vendor
+
+        rows = [r for r in vendor(study, "replay").records if r.get("variant") == step]
+        assert rows, f"{step} is neither a step of {study.name} nor a recorded library row"
+        found = find_record(rows, metric, case, at)
+        assert found is not None and found["value"] is not None, f"no {metric} for {case} recorded for {step}"
+        return found["value"]
     chapter = load_recorded(study, step)
     assert chapter is not None, f"{step} is not recorded"
     found = find_record(chapter.records, metric, case, at)
@@ -82,6 +93,14 @@ def judge(a: float, b: float, degree: str | None, word: str) -> str | None:
     if degree == "much" and ratio < MUCH:
         return f"{a} against {b} is only {ratio:.2f}x apart, not 'much' ({MUCH}x or more)"
     return None
+
+
+def test_a_library_row_is_read_and_a_wrong_name_refused():
+    from kernelbook.mlp import STUDY
+
+    assert value(STUDY, "torch-fp32", "op_time_ms", "100x100", ANY_BATCH) > 0
+    with pytest.raises(AssertionError, match="neither a step"):
+        value(STUDY, "torch-fp33", "op_time_ms", "100x100", ANY_BATCH)
 
 
 def test_the_judge_rejects_wrong_degrees():

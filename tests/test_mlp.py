@@ -413,3 +413,13 @@ def test_range_cases_cover_the_promised_grid():
     assert {"baseline", "whole-net-registers", "tensor-core-3xtf32", "fp32-register-tiled",
             "final-full-range"} <= set(claimed)
     assert not {"best", "tensor-core-fp16"} & set(claimed)
+
+
+def test_the_library_ratio_is_judged_only_within_one_run():
+    from kernelbook.summary import vendor_ratio
+
+    t = {"best": ("fp32-register-tiled", 0.914, "runA"), "vendor_ms": 2.2987, "vendor_run": "runA", "vendor_ratio": 2.5}
+    assert "2.51× the step's time" in vendor_ratio(t) and vendor_ratio(t).endswith("met)")
+    assert "missed" in vendor_ratio({**t, "vendor_ms": 2.0})          # 2.19x is under 2.5x
+    assert "no ratio" in vendor_ratio({**t, "vendor_run": "runB"})    # two runs: no ratio at all
+    assert vendor_ratio({**t, "vendor_ms": None}) == ""
