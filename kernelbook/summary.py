@@ -207,17 +207,21 @@ def vendor_ratio(t: dict) -> str:
 
 def opening_lines(study, chapter) -> list[str] | None:
     """What a study's verdict starts with: None when the step failed its checks (then the one line
-    saying so is the verdict), else the targets on the study's final step."""
+    saying so is the verdict), else every target on the study's final step and, on another step,
+    the targets that step is eligible for (so its page says met or missed, and by how much)."""
     if not chapter.correct:
         return None
     if chapter.variant != study.steps.steps[-1].slug:
-        return []
+        return [f"Target: {line}" for line in target_lines(study, step=chapter.variant)]
     return [f"Target: {line}" for line in target_lines(study)]
 
 
-def target_lines(study) -> list[str]:
+def target_lines(study, step: str | None = None) -> list[str]:
+    """One line per target (only those ``step`` is eligible for, when given)."""
     lines = []
     for t in evaluate_targets(study):
+        if step is not None and step not in t["steps"]:
+            continue
         if t["best"] is None:
             lines.append(f"{t['what']} (≤ {format_ms(t['limit_ms'])}): no eligible step is recorded.")
             continue
@@ -257,7 +261,8 @@ def target_frame(study) -> pd.DataFrame:
         slug, ms, run_id = t["best"] if t["best"] else ("–", None, "–")
         rows.append({"Target": t["what"],
                      "Verdict": "–" if ms is None else ("met" if ms <= t["limit_ms"] else
-                                                          f"missed ({ms / t['limit_ms']:.2f}× the limit)"),
+                                                          f"missed by {format_ms(ms - t['limit_ms'])} "
+                                                          f"({ms / t['limit_ms']:.2f}× the limit)"),
                      "Its time": format_ms(ms), "Limit": f"≤ {format_ms(t['limit_ms'])}",
                      "Fastest eligible step": slug, "Its floor": format_ms(floor),
                      "Library": (f"{t['vendor']} {format_ms(t['vendor_ms'])}{vendor_ratio(t)}" if t.get("vendor")

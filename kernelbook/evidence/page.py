@@ -143,7 +143,8 @@ def _environment_column(run, vendor_parameters: dict | None) -> dict:
         "CUDA runtime": dev.get("cuda_runtime") or NOT_RECORDED,
         "Libraries": libs,
         "Vendor library": vendor_text,
-        "cuDNN algorithm and layout": env.get("cudnn_algorithm") or f"{NOT_RECORDED} (PyTorch chose; NCHW tensors)",
+        "cuDNN algorithm and layout": env.get("cudnn_algorithm") or
+        f"{NOT_RECORDED} (PyTorch chose; {(vendor_parameters or {}).get('layouts', 'NCHW tensors')})",
         "Clocks": clocks,
         "L2 cache between timed launches": env.get("l2_state") or
         f"{NOT_RECORDED} (launches run back to back, so inputs that fit in L2 stay warm)",
@@ -179,7 +180,10 @@ def environment_tables(study, prefer: str | None, found_ceilings, found_vendor) 
     tables = []
     for run_id, (run, what) in runs.items():
         mine = vendor_session is not None and vendor_session.run.run_id == run_id
-        column = _environment_column(run, {**found_vendor.parameters, **found_vendor.extra} if mine else None)
+        layouts = ({"layouts": "NCHW tensors, and channels_last tensors for the …-channels-last rows"}
+                   if mine and any(str(r.get("variant", "")).endswith("channels-last") for r in found_vendor.records)
+                   else {})
+        column = _environment_column(run, {**found_vendor.parameters, **found_vendor.extra, **layouts} if mine else None)
         frame = pd.DataFrame({"Fact": list(column), "Value": list(column.values())})
         tables.append(styled(frame, f"Environment of run {run_id} (read here for: {what}).", wrap=True))
     return tables

@@ -106,7 +106,7 @@ class VggStudy(Study):
         import pandas as pd
 
         from ..stepdata import load_recorded
-        from ..report import find_record
+        from ..report import find_record, format_ms
 
         from ..summary import opening_lines
 
@@ -118,8 +118,22 @@ class VggStudy(Study):
                      f"{worst:.2e} (limit {chapter.step.impl.tolerance:g}).")
         mine = find_record(chapter.records, "gflops", "B1")
         op = find_record(chapter.records, "op_time_ms", "B1")
+        if op is not None:
+            from ..evidence.ceilings import ceilings_for
+            from ..evidence.floor import UNITS, floor_ms, step_math
+
+            math = step_math(chapter, "B1")
+            floor = floor_ms(self.problem("B1", op["batch"]), ceilings_for(chapter), math)
+            if floor is not None:
+                rate, cost = UNITS[math]
+                label = {"fp32_gflops": "FP32 FMA", "tf32_tensor_gflops": "TF32 tensor-core",
+                         "fp16_tensor_gflops": "FP16 tensor-core"}.get(rate, rate)
+                spent = "" if cost == 1 else f", {cost:g} such products per product"
+                lines.append(f"Floor: at the measured {label} rate (run {chapter.session.run.run_id}; unit "
+                             f"{math}{spent}) the layer takes at least "
+                             f"{format_ms(floor)}; this step runs at {floor / op['value'] * 100:.1f} % of that floor's "
+                             f"speed.")
         from ..evidence.vendor import vendor
-        from ..report import format_ms
 
         found = vendor(self, "replay", prefer_run=chapter.session.run.run_id)
         if op is not None and found.found:
