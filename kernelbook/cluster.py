@@ -326,13 +326,15 @@ class DaskEngine:
 
     def submit(self, task: dict, avoid: str | None = None) -> None:
         """Queue ``task``; ``avoid`` (a worker name) is where it failed before: elsewhere if possible."""
-        others = [a for a, name in self.names.items() if name != avoid] if avoid else None
-        # the scheduler's current workers: a worker restarted by its nanny has a new address
-        current = set(self.client.scheduler_info()["workers"])
-        others = [a for a in (others or []) if a in current] or None
+        # Elsewhere means elsewhere: the retry is pinned to the workers the scheduler has now whose name
+        # is not the failed one's (a worker that its nanny restarts keeps its name under a new
+        # address), so a busy scheduler cannot put it back where it failed. With no other worker it
+        # may run anywhere (the restarted one).
+        current = self.client.scheduler_info()["workers"]  # address -> info, as the scheduler sees it now
+        others = [info.get("name", a) for a, info in current.items() if str(info.get("name", a)) != avoid] if avoid else []
         if avoid:  # a new key: the scheduler keeps the failed one's state under the old key
             task = {**task, "key": f"{task['key']}-again"}
-        placement = {"workers": others, "allow_other_workers": True} if others else {}
+        placement = {"workers": others, "allow_other_workers": False} if others else {}
         future = self.client.submit(execute, task, key=task["key"], pure=False, priority=-task["index"], **placement)
         with self.lock:
             self.futures[task["key"]] = future
