@@ -7,7 +7,7 @@ import pytest
 # tests may lack it, and its collection must not fail there.
 pytest.importorskip("bs4")
 
-from page_rules import (  # noqa: E402cited_absent_metrics, inline_image_sizes, offscreen_key_columns, soup,
+from page_rules import (cited_absent_metrics, inline_image_sizes, offscreen_key_columns, soup,  # noqa: E402
                         typed_numbers)
 
 
