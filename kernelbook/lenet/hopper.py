@@ -8,13 +8,12 @@ from typing import ClassVar
 
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..limits import H100, check_launch, check_launch_bounds
-from .variants import INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
+from .variants import GENERIC_THREADS, INT32_MAX, ConvShape, ConvVariant, ceil_div, generic_plan, int32
 
 HOPPER_MAX_K = 7                # the 8-column window holds both output offsets only for K <= 7
 HOPPER_SMEM_MAX = 200 * 1024    # dynamic shared memory per block this plan accepts (opt-in limit 227 KiB)
 HOPPER_MAX_PREFETCH = 16        # float4 registers per thread for one image
 STATIC_SMEM_MAX = H100.static_smem_per_block  # beyond this the launch must raise the kernel's dynamic limit
-GENERIC_THREADS = 256
 H100_SMS = 132                  # used for the grid when no GPU is present (validation, replay)
 _ATTRIBUTES: dict = {}          # device ordinal -> its attributes (read once: see HopperFinal._attributes)
 
@@ -123,20 +122,16 @@ class HopperFinal(ConvVariant):
             return {"kernel": "step 14 conv_direct", "reason": "c1_path: step 14's FP32 direct kernel", "direct": True}
         cfg = self._resolved(shape, params)
 
-        def generic(reason: str) -> dict:
-            n = shape.B * shape.M * shape.H_out * shape.W_out
-            return {"kernel": "conv_generic", "reason": reason, "threads": GENERIC_THREADS,
-                    "grid": min(ceil_div(n, GENERIC_THREADS), 65535 * 8), "smem_bytes": 0}
 
         if shape.K > HOPPER_MAX_K:
-            return generic(f"K={shape.K} > {HOPPER_MAX_K}: the 8-column window holds both output offsets "
+            return generic_plan(shape, f"K={shape.K} > {HOPPER_MAX_K}: the 8-column window holds both output offsets "
                            f"only for K <= {HOPPER_MAX_K}")
         geo = self.geometry(shape, cfg["threads"])
         if geo["smem_bytes"] > HOPPER_SMEM_MAX:
-            return generic(f"one image in FP16 hi/lo planes plus the weight fragments need {geo['smem_bytes']} "
+            return generic_plan(shape, f"one image in FP16 hi/lo planes plus the weight fragments need {geo['smem_bytes']} "
                            f"bytes of shared memory (> {HOPPER_SMEM_MAX})")
         if geo["prefetch_float4"] > HOPPER_MAX_PREFETCH:
-            return generic(f"one image is {geo['prefetch_float4']} float4 registers per thread "
+            return generic_plan(shape, f"one image is {geo['prefetch_float4']} float4 registers per thread "
                            f"(> {HOPPER_MAX_PREFETCH}); raise threads")
         return {"kernel": "conv_hopper", "reason": None, **cfg, **geo}
 

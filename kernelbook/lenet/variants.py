@@ -84,3 +84,16 @@ class Baseline(ConvVariant):
         tiles = ceil_div(shape.H_out, tile) * ceil_div(shape.W_out, tile)
         kernel((tiles, shape.M, shape.B), (tile, tile, 1),
                (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+
+
+#: Threads per block of the one-thread-per-output fallback (``conv_generic``) that the Hopper steps
+#: take for shapes their fast path cannot run.
+GENERIC_THREADS = 256
+
+
+def generic_plan(shape: ConvShape, reason: str) -> dict:
+    """The launch plan of a Hopper step's ``conv_generic`` fallback, with the reason it is taken."""
+    n = shape.B * shape.M * shape.H_out * shape.W_out
+    return {"kernel": "conv_generic", "reason": reason, "threads": GENERIC_THREADS,
+            "grid": min(ceil_div(n, GENERIC_THREADS), 65535 * 8), "smem_bytes": 0}
+

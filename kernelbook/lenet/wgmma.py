@@ -13,12 +13,11 @@ from typing import ClassVar
 
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..limits import H100, check_launch, check_launch_bounds
-from .variants import INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
+from .variants import GENERIC_THREADS, INT32_MAX, ConvShape, ConvVariant, ceil_div, generic_plan, int32
 
 WGMMA_MAX_K = 7            # the 8-column window holds both column offsets only for K <= 7
 WGMMA_MAX_COLUMNS = 32     # (map, output row) pairs per position: N of the wide product <= 128
 SMEM_MAX = 227 * 1024      # dynamic shared memory one block may opt in to
-GENERIC_THREADS = 256
 H100_SMS = 132             # for the grid when no GPU is present (validation, replay)
 
 # 'auto' configurations by layer kind (wide: at least 8 maps, i.e. C3), from the device sweeps in
@@ -108,20 +107,16 @@ class WgmmaFinal(ConvVariant):
     def _plan(self, shape: ConvShape, params: dict) -> dict:
         cfg = self._resolved(shape, params)
 
-        def generic(reason: str) -> dict:
-            n = shape.B * shape.M * shape.H_out * shape.W_out
-            return {"kernel": "conv_generic", "reason": reason, "threads": GENERIC_THREADS,
-                    "grid": min(ceil_div(n, GENERIC_THREADS), 65535 * 8), "smem_bytes": 0}
 
         if shape.K > WGMMA_MAX_K:
-            return generic(f"K={shape.K} > {WGMMA_MAX_K}: the 8-column window holds both column offsets only "
+            return generic_plan(shape, f"K={shape.K} > {WGMMA_MAX_K}: the 8-column window holds both column offsets only "
                            f"for K <= {WGMMA_MAX_K}")
         if shape.M * cfg["rows_per_position"] > WGMMA_MAX_COLUMNS:
-            return generic(f"M={shape.M} maps x {cfg['rows_per_position']} rows per position > {WGMMA_MAX_COLUMNS} "
+            return generic_plan(shape, f"M={shape.M} maps x {cfg['rows_per_position']} rows per position > {WGMMA_MAX_COLUMNS} "
                            "columns of one product")
         geo = self.geometry(shape, cfg["rows_per_position"], cfg["stages"])
         if geo["smem_bytes"] > SMEM_MAX:
-            return generic(f"weights, {cfg['stages']} input stage(s) and the FP16 planes need {geo['smem_bytes']} "
+            return generic_plan(shape, f"weights, {cfg['stages']} input stage(s) and the FP16 planes need {geo['smem_bytes']} "
                            f"bytes of shared memory (> {SMEM_MAX})")
         group = params["group"]
         if group == "auto":
