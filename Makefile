@@ -8,7 +8,8 @@
 #   make book WORKERS=1            one notebook after another, in one process (default: replaying,
 #                                  a local Dask cluster of one worker per core; measuring, 1)
 #   make book GPUS=2               measure on two GPUs, one dask-cuda worker each (pip install -e '.[gpus]')
-#   make test                      the tests that need no GPU (the book build included)
+#   make test                      the tests that need no GPU, but the whole-book ones (each build < 60 s)
+#   make test-book                 the tests that read the whole book: one strict replay + build (minutes)
 #   make test-gpu                  the tests that need a CUDA GPU
 #   make render                    screenshots of key pages in headless Chromium (1280 and 400 px) into _build/screens
 #   make clean                     remove _build/ (the environment stays; `make distclean` removes it too)
@@ -38,7 +39,7 @@ export KERNELBOOK_PROFILE := $(PROFILE)
 RUN_ARGS   := --mode $(MODE) $(if $(ONLY),--only '$(ONLY)') $(if $(WORKERS),--workers $(WORKERS)) $(if $(GPUS),--gpus $(GPUS))
 BUILD_ARGS := $(if $(filter 1,$(STRICT)),,--no-strict)
 
-.PHONY: book run build test test-gpu render clean distclean env notebook
+.PHONY: book run build test test-book test-gpu render clean distclean env notebook
 
 book run: export KERNELBOOK_PARAMS = $(PARAMS)
 
@@ -63,7 +64,11 @@ build: $(STAMP)
 	$(BIN)/kernelbook build $(BUILD_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not gpu" -v
+	$(BIN)/python -m pytest -m "not gpu and not book" -v
+
+# The one strict whole-book build of CI (tests/test_book.py's fixture): .ci/run calls it after `make test`.
+test-book: $(STAMP)
+	$(BIN)/python -m pytest -m "book and not gpu" -v
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -m gpu -v

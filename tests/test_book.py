@@ -1,6 +1,8 @@
 """The real book, replayed from the recorded runs in data/results/ and built strictly.
 
-This is what `make book` does on a machine without a GPU; it takes tens of seconds.
+This is what `make book` does on a machine without a GPU; it takes minutes, so these tests are
+marked ``book``: `make test` leaves them out and `make test-book` (which .ci/run calls after
+`make test`) runs them, with this file's one strict whole-book build.
 """
 
 import re
@@ -9,7 +11,7 @@ import pytest
 
 from kernelbook import batch, build, results
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.book]
 
 
 @pytest.fixture(scope="module")

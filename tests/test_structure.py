@@ -127,3 +127,40 @@ def test_a_step_list_refuses_numbers_out_of_order_and_unknown_builds_on():
         StepList("x", [Step(0, "a", "00_a", "A", StepImpl), Step(1, "b", "01_b", "B", StepImpl, builds_on="c")])
     with pytest.raises(ValueError, match="must start with its number"):
         StepList("x", [Step(0, "a", "01_a", "A", StepImpl)])
+
+
+def _whole_book_builders() -> list[str]:
+    """Test modules that replay the whole book: a ``run_batch`` call given no ``toc`` (the real
+    ``_toc.yml``)."""
+    found = []
+    for path in sorted((paths.REPO_ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "run_batch"
+                    and not any(k.arg in ("toc", None) for k in node.keywords)):
+                found.append(path.name)
+                break
+    return found
+
+
+def _recipe(makefile: str, target: str) -> str:
+    lines = makefile.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{target}:"))
+    body = []
+    for line in lines[start + 1:]:
+        if not line.startswith("\t"):
+            break
+        body.append(line)
+    return "\n".join(body)
+
+
+def test_whole_book_tests_are_out_of_make_test_and_run_once_in_ci():
+    builders = _whole_book_builders()
+    assert builders == ["test_book.py"], builders  # one strict whole-book build, in one module
+    for name in builders:
+        assert "pytest.mark.book" in (paths.REPO_ROOT / "tests" / name).read_text(), name
+    makefile = (paths.REPO_ROOT / "Makefile").read_text()
+    assert '-m "not gpu and not book"' in _recipe(makefile, "test")
+    assert '-m "book and not gpu"' in _recipe(makefile, "test-book")
+    ci = [line.strip() for line in (paths.REPO_ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.startswith("#")]
+    assert ci.index("make test") < ci.index("make test-book")
