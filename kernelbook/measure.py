@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from .errors import ParameterError
 
@@ -185,3 +186,55 @@ def time_torch(fn: Callable[[], object], repeats: int = 10, warmup: int = 2, gra
         stop.synchronize()
         samples.append(float(start.elapsed_time(stop)))
     return Measured(samples, unit="ms", extra={"timing": label})
+
+
+class TorchFlags:
+    """PyTorch's global math flags as a library comparison sets them: ``tf32(allowed)`` lets (or
+    forbids) TF32 in both cuDNN's convolutions and cuBLAS's matmuls, ``benchmark(on)`` turns
+    cuDNN's algorithm search on or off. Obtained from ``torch_flags``, which restores them."""
+
+    NAMES = (("backends", "cudnn", "benchmark"), ("backends", "cudnn", "allow_tf32"),
+             ("backends", "cuda", "matmul", "allow_tf32"))
+
+    def __init__(self, torch):
+        self._torch = torch
+
+    def _owner(self, name):
+        owner = self._torch
+        for part in name[:-1]:
+            owner = getattr(owner, part)
+        return owner
+
+    def get(self) -> tuple:
+        return tuple(getattr(self._owner(n), n[-1]) for n in self.NAMES)
+
+    def set_all(self, values: tuple) -> None:
+        for name, value in zip(self.NAMES, values):
+            setattr(self._owner(name), name[-1], value)
+
+    def tf32(self, allowed: bool) -> None:
+        self._torch.backends.cudnn.allow_tf32 = bool(allowed)
+        self._torch.backends.cuda.matmul.allow_tf32 = bool(allowed)
+
+    def benchmark(self, on: bool) -> None:
+        self._torch.backends.cudnn.benchmark = bool(on)
+
+
+@contextmanager
+def torch_flags(torch=None, *, tf32: bool | None = None, benchmark: bool | None = None) -> Iterator[TorchFlags]:
+    """Save PyTorch's TF32 and cuDNN-benchmark flags, set the ones given, yield a ``TorchFlags``
+    to change them inside the block (per library row), and put every one back on leaving it,
+    by an exception or a generator's close included. ``torch`` defaults to the real module,
+    imported only here: the core does not import PyTorch when it is imported."""
+    if torch is None:
+        import torch
+    flags = TorchFlags(torch)
+    saved = flags.get()
+    try:
+        if tf32 is not None:
+            flags.tf32(tf32)
+        if benchmark is not None:
+            flags.benchmark(benchmark)
+        yield flags
+    finally:
+        flags.set_all(saved)

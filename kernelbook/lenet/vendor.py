@@ -17,15 +17,13 @@ def vendor_runs(batch_sizes, seed: int = 0):
     import torch.nn.functional as F
 
     from ..harness import VendorRun
+    from ..measure import torch_flags
 
-    flags = (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
     rng = np.random.default_rng(seed)
     device = torch.device("cuda")
-    try:
-        torch.backends.cudnn.benchmark = True
+    with torch_flags(torch, benchmark=True) as flags:
         for variant, tf32 in VENDOR_VARIANTS:
-            torch.backends.cudnn.allow_tf32 = tf32
-            torch.backends.cuda.matmul.allow_tf32 = tf32
+            flags.tf32(tf32)
             for batch in batch_sizes:
                 check_batch(batch)
                 for layer in LAYERS:
@@ -42,6 +40,3 @@ def vendor_runs(batch_sizes, seed: int = 0):
                                     extra={"tf32": tf32})
                     del x, w
             torch.cuda.empty_cache()
-    finally:
-        (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32,
-         torch.backends.cuda.matmul.allow_tf32) = flags

@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import checks, harness
 from ..checks import CheckResult
+from ..measure import torch_flags
 from ..study import upload
 from . import ranges
 from .data import load_weights, make_signals, make_weights
@@ -115,14 +116,13 @@ def vendor_runs(cases, seed: int = 0):
     CUDA-graph replays (the MLP's launches are microseconds: eager timing would time Python)."""
     import torch
 
-    old_tf32 = torch.backends.cuda.matmul.allow_tf32
-    try:
+    with torch_flags(torch) as flags:
         for case in cases:
             x_host, w_host, ref32, ref64 = case_data(case)
             shape = MlpShape(x_host.shape[1])
             for variant in VENDOR_VARIANTS:
                 dtype = torch.float16 if variant == "torch-fp16" else torch.float32
-                torch.backends.cuda.matmul.allow_tf32 = variant == "torch-tf32"
+                flags.tf32(variant == "torch-tf32")
                 model = torch.nn.Sequential(torch.nn.Linear(71, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
                                             torch.nn.ReLU(), torch.nn.Linear(64, 4)).cuda()
                 with torch.no_grad():
@@ -143,5 +143,3 @@ def vendor_runs(cases, seed: int = 0):
                     return {"scaled_abs_diff": scaled_abs_diff(got, ref32), "rel_l2_error": rel_l2(got, ref64)}
 
                 yield harness.VendorRun(variant, case, shape.N, shape, call, accuracy, graph=True)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old_tf32

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import harness
 from ..errors import ParameterError
+from ..measure import torch_flags
 from .problem import CASES, ConvPoolShape
 from .reference import reference, reference_at
 
@@ -105,8 +106,7 @@ def vendor_runs(cases, seed: int = 0, variants=None):
     if unknown:
         raise ParameterError(f"Unknown vendor variant(s) {unknown}.", f"use some of: {', '.join(VENDOR_VARIANTS)}.")
     rng = np.random.default_rng(seed)
-    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark)
-    try:
+    with torch_flags(torch, benchmark=True) as flags:
         for case in cases:
             name, shape = _resolve_case(case)
             x, w, b = random_inputs(shape, rng)
@@ -118,9 +118,7 @@ def vendor_runs(cases, seed: int = 0, variants=None):
                 tx, tw, tb = (torch.from_numpy(a).cuda().to(dtype) for a in (x, w, b))
                 if variant.endswith(CHANNELS_LAST):   # NHWC storage: cuDNN's faster layout on the H100
                     tx, tw = (t.contiguous(memory_format=torch.channels_last) for t in (tx, tw))
-                torch.backends.cudnn.allow_tf32 = "tf32" in variant
-                torch.backends.cuda.matmul.allow_tf32 = "tf32" in variant
-                torch.backends.cudnn.benchmark = True
+                flags.tf32("tf32" in variant)
 
                 def call(tx=tx, tw=tw, tb=tb, k=shape.K):
                     return F.max_pool2d(F.relu(F.conv2d(tx, tw, tb, padding=k // 2)), 2)
@@ -135,9 +133,6 @@ def vendor_runs(cases, seed: int = 0, variants=None):
                     extra={"library": "cuDNN", "library_version": str(torch.backends.cudnn.version()),
                            "reference": "float64 at sampled pooled outputs"})
                 del tx, tw, tb
-    finally:
-        (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
-         torch.backends.cudnn.benchmark) = saved
 
 
 CHANNELS_LAST = "-channels-last"
