@@ -28,7 +28,7 @@ from .errors import KernelbookError
 
 #: Columns every ``kernelbook results`` row has, in this order; other keys follow, sorted.
 RESULT_COLUMNS = (
-    "run_id", "device", "study", "variant", "layer", "batch", "metric", "value",
+    "run_id", "device", "study", "step", "layer", "size", "metric", "value",
     "unit", "min", "max", "n_samples", "part",
 )
 MODES = ("auto", "measure", "replay")

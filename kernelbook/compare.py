@@ -24,7 +24,7 @@ from .errors import ResultsError
 #: The smallest noise band, as a fraction of the larger median (see the module's docstring).
 MIN_NOISE = 0.02
 
-KEY = ("study", "variant", "layer", "batch", "metric")
+KEY = ("study", "step", "layer", "size", "metric")
 HIGHER_IS_BETTER = ("gflops", "accuracy", "copy_gbs", "fp32_gflops", "fp16_tensor_gflops", "tf32_tensor_gflops")
 
 

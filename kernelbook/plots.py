@@ -47,7 +47,7 @@ def _bars(ax, groups: dict, batches: list, layer: str, column: str) -> bool:
     width = 0.8 / max(len(groups), 1)
     drawn = False
     for i, (name, frame) in enumerate(groups.items()):
-        rows = frame[frame["layer"] == layer].set_index("batch")
+        rows = frame[frame["layer"] == layer].set_index("size")
         values = [rows[column].get(b, float("nan")) for b in batches]
         drawn |= any(v > 0 for v in values)
         ax.bar([j + i * width for j in range(len(batches))], values, width, label=name, color=PALETTE[i % len(PALETTE)])
@@ -65,7 +65,7 @@ def step_deltas(steps: dict):
     current = list(steps.values())[-1]
     measured = {c for f in groups.values() for c in f.get("layer", [])}
     cases = [c for c in current.study.cases if c in measured] or list(current.study.cases[:1])
-    batches = sorted({b for f in groups.values() for b in f.get("batch", [])})
+    batches = sorted({b for f in groups.values() for b in f.get("size", [])})
     columns = (("op_time_ms", "time (ms, log)"), ("gflops", "GFLOP/s"), ("gbytes_per_s", "GB/s (fewest bytes)"))
     panels = [(layer, column, title) for layer in cases for column, title in columns]
     # Two panels a row, 7 inches wide with 10-12 pt text: legible at the reading width and, shrunk
@@ -75,7 +75,7 @@ def step_deltas(steps: dict):
     fig, axes = plt.subplots(nrows, ncols, figsize=(7, 2.9 * nrows + 1.2), squeeze=False)
     flat = [ax for row in axes for ax in row]
     for ax, (layer, column, title) in zip(flat, panels):
-        mine = sorted({b for f in groups.values() for b in f[f["layer"] == layer]["batch"]}) or batches
+        mine = sorted({b for f in groups.values() for b in f[f["layer"] == layer]["size"]}) or batches
         drawn = _bars(ax, groups, mine, layer, column) if groups else False
         if column == "op_time_ms" and drawn:
             ax.set_yscale("log")
@@ -109,8 +109,8 @@ def time_per_image(steps: dict):
             if not chapter.correct:
                 continue
             frame = throughput(chapter)
-            frame = frame[frame["layer"] == layer].sort_values("batch")
-            ax.plot(frame["batch"], 1000 * frame["op_time_ms"] / frame["batch"], "o-", label=name)
+            frame = frame[frame["layer"] == layer].sort_values("size")
+            ax.plot(frame["size"], 1000 * frame["op_time_ms"] / frame["size"], "o-", label=name)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("batch size")

@@ -42,7 +42,7 @@ ANY_BATCH = object()
 def find_record(records: list[dict], metric: str, layer: str, batch=ANY_BATCH) -> dict | None:
     """The first record of ``metric`` for ``layer`` (a case) and ``batch`` (a size), unless left out."""
     for r in records:
-        if r["metric"] == metric and r["layer"] == layer and (batch is ANY_BATCH or r["batch"] == batch):
+        if r["metric"] == metric and r["layer"] == layer and (batch is ANY_BATCH or r["size"] == batch):
             return r
     return None
 
@@ -126,7 +126,7 @@ def _cell(r: dict | None, kind: str, spread: bool, base: dict | None = None) -> 
 
 def sizes_of(chapter) -> list[int]:
     return chapter.parameters.get(chapter.study.size_name) or sorted(
-        {r["batch"] for r in chapter.records if r["batch"]})
+        {r["size"] for r in chapter.records if r["size"]})
 
 
 def milestone_frame(chapter, spread: bool = False) -> pd.DataFrame:
@@ -205,9 +205,9 @@ def throughput(chapter) -> pd.DataFrame:
         if r["metric"] != chapter.study.time_metric or r["value"] is None or not r.get("flops"):
             continue
         seconds = r["value"] / 1000
-        rows.append({"layer": r["layer"], "batch": r["batch"], "op_time_ms": r["value"],
+        rows.append({"layer": r["layer"], "size": r["size"], "op_time_ms": r["value"],
                      "gflops": r["flops"] / seconds / 1e9, "gbytes_per_s": r["min_bytes"] / seconds / 1e9})
-    return pd.DataFrame(rows, columns=["layer", "batch", "op_time_ms", "gflops", "gbytes_per_s"])
+    return pd.DataFrame(rows, columns=["layer", "size", "op_time_ms", "gflops", "gbytes_per_s"])
 
 
 def throughput_table(chapter):
@@ -216,7 +216,7 @@ def throughput_table(chapter):
         return message_table("no timings (the check failed)", chapter.recording.short_label)
     out = pd.DataFrame({
         chapter.study.case_header: frame["layer"],
-        chapter.study.size_header: frame["batch"],
+        chapter.study.size_header: frame["size"],
         "Time": frame["op_time_ms"].map(format_ms),
         "GFLOP/s": frame["gflops"].map(lambda v: f"{v:,.0f}"),
         "GB/s (fewest bytes)": frame["gbytes_per_s"].map(lambda v: f"{v:,.1f}"),
@@ -235,7 +235,7 @@ def delta_table(steps: dict):
     metric = current.study.time_metric
     rows = []
     for case in current.study.cases:
-        sizes = sorted({r["batch"] for r in current.records if r["metric"] == metric and r["layer"] == case})
+        sizes = sorted({r["size"] for r in current.records if r["metric"] == metric and r["layer"] == case})
         for size in sizes:
             row = {current.study.case_header: case, current.study.size_header: size}
             mine = find_record(current.records, metric, case, size) if current.correct else None
@@ -265,7 +265,7 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
         return ["Nothing was timed for this step."]
     lines = []
     for case in current.study.cases:
-        sizes = [r["batch"] for r in timed if r["layer"] == case]
+        sizes = [r["size"] for r in timed if r["layer"] == case]
         if not sizes:
             continue
         size_here = size or max(sizes)
@@ -389,8 +389,8 @@ def grid_table(grid):
     rows = []
     for (label, layer), group in frame.groupby(["config_label", "layer"], sort=False):
         row = {"Configuration": label, "Layer": layer, "Check": group["status"].iloc[0]}
-        for _, r in group.sort_values("batch").iterrows():
-            row[f"B={r['batch']}"] = format_ms(r["value"]) if r["value"] == r["value"] and r["value"] is not None else "–"
+        for _, r in group.sort_values("size").iterrows():
+            row[f"B={r['size']}"] = format_ms(r["value"]) if r["value"] == r["value"] and r["value"] is not None else "–"
         rows.append(row)
     what = metric.replace("_ms", "").replace("_", " ")
     return styled(pd.DataFrame(rows), f"{grid.variant}: {what} (median) of every configuration. [{grid.short_label}]")

@@ -11,9 +11,12 @@ so an interrupted run leaves whole files or none. Reading validates and names th
 
 A *part* holds tidy records, one measured value each::
 
-    {"study": "lenet", "variant": "baseline", "layer": "C1", "batch": 1000,
+    {"study": "lenet", "step": "baseline", "layer": "C1", "size": 1000,
      "metric": "op_time_ms", "value": 1.23, "unit": "ms", "min": 1.2, "max": 1.3,
      "samples": [...]}
+
+(``size`` is the study's size of the measurement: LeNet's and VGG's batch, the MLP's columns.
+Runs recorded before wrote ``variant`` and ``batch``: ``store_schema.normalize_record`` reads them.)
 
 plus optional ``checks`` (correctness evidence) and ``extra`` (anything a chapter needs to
 replay: profiler rows, timelines, sweep grids).
@@ -424,20 +427,22 @@ def iter_records(run_ids: Iterable[str] | None = None, root: Path | None = None)
 
 def record(
     study: str,
-    variant: str,
+    step: str,
     layer: str | None,
-    batch: int | None,
+    size: int | None,
     metric: str,
     value: float | Measured | None,
     unit: str = "",
     **extra: Any,
 ) -> dict:
-    """Build one tidy record; a ``Measured`` value keeps its samples, median, min and max."""
+    """Build one tidy record of ``step`` (or a library row) on ``layer`` (a layer or a case) at
+    ``size`` (the study's size: a batch, columns); a ``Measured`` value keeps its samples, median,
+    min and max."""
     rec: dict[str, Any] = {
         "study": study,
-        "variant": variant,
+        "step": step,
         "layer": layer,
-        "batch": batch,
+        "size": size,
         "metric": metric,
         "unit": unit,
     }

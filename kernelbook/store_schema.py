@@ -3,6 +3,12 @@
 strings where names belong, finite numbers where measurements belong (no NaN, no Infinity, no
 text), a part's ``run_id`` and ``name`` equal to its run folder's id and its file's name, and every
 record of the part's own study. A failure is a ``ResultsError`` that names the file and the fix.
+
+A record's fields say what they hold: ``step`` (the step, or the library row, that was measured)
+and ``size`` (the study's size of the measurement: images of a batch in LeNet and VGG, columns in
+the MLP; the study's ``size_header`` names it on pages). Runs recorded before these names wrote
+``variant`` and ``batch``; ``normalize_record`` reads them as ``step`` and ``size``, here and
+nowhere else, so every recorded run replays unchanged and its files are never rewritten.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from .errors import ResultsError
 SCHEMA_VERSION = 1
 RUN_ID_PATTERN = re.compile(r"^\d{8}T\d{4}Z-[0-9a-z]+$")
 PART_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
-RECORD_KEYS = ("study", "variant", "layer", "batch", "metric", "value")
+RECORD_KEYS = ("study", "step", "layer", "size", "metric", "value")
+#: The record fields of runs recorded before the store's vocabulary was fixed, and their names now.
+OLD_RECORD_NAMES = {"variant": "step", "batch": "size"}
 MANIFEST_KEYS = ("schema", "run_id", "created_utc", "device", "commit", "host")
 CREATED_PATTERN = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?Z$")
 
@@ -66,17 +74,33 @@ def validate_manifest(manifest: Any, path: Path) -> dict:
     return manifest
 
 
+def normalize_record(record: dict) -> dict:
+    """The record under today's field names: an old run's ``variant`` is its ``step`` and its
+    ``batch`` its ``size`` (the field order kept). A record that already has the new names, or
+    both, is returned as it is; one that has both an old and its new name is refused by the
+    validator."""
+    if not any(old in record for old in OLD_RECORD_NAMES):
+        return record
+    if any(new in record for new in OLD_RECORD_NAMES.values()):
+        return record
+    return {OLD_RECORD_NAMES.get(key, key): value for key, value in record.items()}
+
+
 def validate_record(record: Any, path: Path, index: int) -> dict:
-    """One record: strings where names belong, finite numbers where numbers belong."""
+    """One record (already normalized): strings where names belong, finite numbers where
+    numbers belong."""
     if not isinstance(record, dict):
         raise _bad(path, f"record {index} is not an object")
+    mixed = [old for old, new in OLD_RECORD_NAMES.items() if old in record and new in record]
+    if mixed:
+        raise _bad(path, f"record {index} has both {mixed[0]!r} and {OLD_RECORD_NAMES[mixed[0]]!r} (one name for one field)")
     missing = [key for key in RECORD_KEYS if key not in record]
     if missing:
         raise _bad(path, f"record {index} lacks {', '.join(missing)}")
     if not _is_text(record["metric"]):
         raise _bad(path, f"record {index} has metric {record['metric']!r} (a non-empty string)")
-    if not _is_text(record["study"]) or not _is_text(record["variant"]):
-        raise _bad(path, f"record {index} needs non-empty string 'study' and 'variant'")
+    if not _is_text(record["study"]) or not _is_text(record["step"]):
+        raise _bad(path, f"record {index} needs non-empty string 'study' and 'step'")
     if record["layer"] is not None and not isinstance(record["layer"], str):
         raise _bad(path, f"record {index} has layer {record['layer']!r} (a string or null)")
     if not isinstance(record.get("unit", ""), str):
@@ -87,9 +111,9 @@ def validate_record(record: Any, path: Path, index: int) -> dict:
     for key in ("min", "max"):
         if record.get(key) is not None and not _is_finite(record[key]):
             raise _bad(path, f"record {index} has {key} {record[key]!r} (a finite number or null)")
-    batch = record["batch"]
-    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0):
-        raise _bad(path, f"record {index} has batch {batch!r} (a positive integer or null)")
+    size = record["size"]
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
+        raise _bad(path, f"record {index} has size {size!r} (a positive integer or null)")
     samples = record.get("samples")
     if samples is not None and not isinstance(samples, list):
         raise _bad(path, f"record {index} has samples {samples!r} (a list of numbers)")
@@ -144,6 +168,7 @@ def validate_part(part: Any, path: Path) -> dict:
             raise _bad(path, f"its run_id {part['run_id']!r} is not the id of its run folder {folder!r}")
         if part["name"] != path.stem:
             raise _bad(path, f"its name {part['name']!r} is not its file's name {path.stem!r}")
+    part["records"] = [normalize_record(r) if isinstance(r, dict) else r for r in part["records"]]
     for index, record in enumerate(part["records"]):
         validate_record(record, path, index)
         if record["study"] != part["study"]:

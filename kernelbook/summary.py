@@ -22,7 +22,7 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F
 
 def headline_size(study, case: str, chapters: dict) -> int | None:
     """The size a case is judged at: its largest recorded size (LeNet: 10,000 images)."""
-    sizes = {r["batch"] for ch in chapters.values() if ch is not None
+    sizes = {r["size"] for ch in chapters.values() if ch is not None
              for r in ch.records if r["metric"] == study.time_metric and r["layer"] == case}
     return max(sizes) if sizes else None
 
@@ -58,8 +58,8 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
                    "Time": format_ms(mine["value"]),
                    "Speed-up vs baseline": f"{theirs['value'] / mine['value']:.1f}×" if theirs else "–",
                    "% of its floor": f"{floor / mine['value'] * 100:.1f} %" if floor else "–"}
-            for v in dict.fromkeys(r["variant"] for r in found_vendor.records):
-                ref = find_record([r for r in found_vendor.records if r["variant"] == v], study.time_metric, case, size)
+            for v in dict.fromkeys(r["step"] for r in found_vendor.records):
+                ref = find_record([r for r in found_vendor.records if r["step"] == v], study.time_metric, case, size)
                 row[f"vs {v}"] = f"{ref['value'] / mine['value']:.2f}×" if ref else "–"
             row["Timed by"] = TIMING_SHORT.get(mine.get("timing"), mine.get("timing") or "not recorded")
             row["Unit"] = step_math(chapter, case)
@@ -139,7 +139,7 @@ def devices(study):
                 continue
             for r in part["records"]:
                 if r["metric"] == study.time_metric and r["value"] is not None:
-                    by_device.setdefault(run.device, {})[(slug, r["layer"], r["batch"])] = r["value"]
+                    by_device.setdefault(run.device, {})[(slug, r["layer"], r["size"])] = r["value"]
     if len(by_device) < 2:
         names = ", ".join(by_device) or "none"
         return styled(pd.DataFrame({"": [f"Only one device is recorded for this study ({names}); a run on another "
@@ -184,7 +184,7 @@ def evaluate_targets(study) -> list[dict]:
                      if chapter is not None and chapter.correct else None)
             if value is not None and (best is None or value < best[1]):
                 best = (slug, value, chapter.session.run.run_id)
-        ref = (_summed([r for r in found_vendor.records if r["variant"] == target["vendor"]], study.time_metric,
+        ref = (_summed([r for r in found_vendor.records if r["step"] == target["vendor"]], study.time_metric,
                        cases, size) if target.get("vendor") else None)
         vendor_run = found_vendor.session.run.run_id if ref is not None and found_vendor.found else None
         out.append({**target, "best": best, "vendor_ms": ref, "vendor_run": vendor_run})
@@ -255,7 +255,7 @@ def target_frame(study) -> pd.DataFrame:
             for case in t.get("cases") or [t["case"]]:
                 rec = find_record(chapter.records, study.time_metric, case,
                                   t["size"] if t.get("size") else ANY_BATCH)
-                floors.append(floor_ms(study.problem(case, rec["batch"]), ceilings_for(t["best"][2]),
+                floors.append(floor_ms(study.problem(case, rec["size"]), ceilings_for(t["best"][2]),
                                        step_math(chapter, case)))
             floor = None if None in floors else sum(floors)
         slug, ms, run_id = t["best"] if t["best"] else ("–", None, "–")

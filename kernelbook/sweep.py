@@ -96,9 +96,9 @@ class SweepResult(session_mod.RecordingView):
         if not timed:
             raise ResultsError(f"The {self.variant} sweep has no correct timing for {case}.",
                                "re-run the sweep on a GPU; every configuration failed or was refused.")
-        sizes = [r["batch"] for r in timed if r["batch"] is not None]
+        sizes = [r["size"] for r in timed if r["size"] is not None]
         size = size if size is not None else (max(sizes) if sizes else None)
-        return dict(min((r for r in timed if r["batch"] == size), key=lambda r: r["value"])["config"])
+        return dict(min((r for r in timed if r["size"] == size), key=lambda r: r["value"])["config"])
 
 
 def _verdicts(study, impl, params: dict, cases: list, n_random: int, rng) -> dict[str, str]:
@@ -167,7 +167,7 @@ def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, w
     def pick(records, case, size):
         batch = study.size_of(case, size)
         for r in records:
-            if r["metric"] == sweep.metric and r["layer"] == case and (size is None or r["batch"] == batch):
+            if r["metric"] == sweep.metric and r["layer"] == case and (size is None or r["size"] == batch):
                 return r["value"]
         raise LookupError(sweep.metric)
 
@@ -240,7 +240,7 @@ def table(result: SweepResult):
     for (label, case), group in frame.groupby(["config_label", "layer"], sort=False):
         row = {"Configuration": label, "Case": case, "Check": group["status"].iloc[0]}
         for _, r in group.iterrows():
-            key = f"size {r['batch']}" if r["batch"] == r["batch"] and r["batch"] is not None else "time"
+            key = f"size {r['size']}" if r["size"] == r["size"] and r["size"] is not None else "time"
             row[key] = format_ms(r["value"]) if r["value"] == r["value"] and r["value"] is not None else "–"
         rows.append(row)
     what = metric.replace("_ms", "").replace("_", " ")
@@ -261,8 +261,8 @@ def figure(result: SweepResult):
     frame = result.frame()
     metric = result.parameters.get("metric", "op_time_ms")
     frame = frame[frame["metric"] == metric]
-    if frame["batch"].notna().any():
-        frame = frame[frame["batch"] == frame["batch"].max()]
+    if frame["size"].notna().any():
+        frame = frame[frame["size"] == frame["size"].max()]
     cases = list(dict.fromkeys(frame["layer"]))
     labels = list(dict.fromkeys(frame["config_label"]))
     fig, axes = plt.subplots(1, len(cases), figsize=(6 * len(cases), 0.35 * len(labels) + 1.5), squeeze=False)

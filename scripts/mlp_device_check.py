@@ -79,7 +79,7 @@ def main():
             out["vendor"] = recs
             for r in recs:
                 if r["metric"] in ("op_time_ms", "rel_l2_error"):
-                    print(f"vendor {r['variant']:14s} {r['layer']:8s} {r['metric']:14s} {r['value']:.4g} {r.get('timing', '')}")
+                    print(f"vendor {r['step']:14s} {r['layer']:8s} {r['metric']:14s} {r['value']:.4g} {r.get('timing', '')}")
         except Exception:
             print(traceback.format_exc())
     dest = os.environ.get("OUT", ".")

@@ -80,8 +80,8 @@ def main(argv=None) -> int:
     bad = 0
 
     def merged(new_records, new_logs):
-        done = {(r["variant"], r["layer"], r.get("tool")) for r in new_records}
-        return ([r for r in kept_records if (r["variant"], r["layer"], r.get("tool")) not in done] + new_records,
+        done = {(r["step"], r["layer"], r.get("tool")) for r in new_records}
+        return ([r for r in kept_records if (r["step"], r["layer"], r.get("tool")) not in done] + new_records,
                 {"logs": {**kept_logs, **new_logs}})
 
     def measure(progress) -> session.Measurement:

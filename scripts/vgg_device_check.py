@@ -87,7 +87,7 @@ def main() -> None:
             report["vendor"] = recs
             for r in recs:
                 if r["metric"] in ("op_time_ms", "rel_l2_error"):
-                    print(f"{r['variant']:20s} {r['metric']:14s} {r['value']:.4g}")
+                    print(f"{r['step']:20s} {r['metric']:14s} {r['value']:.4g}")
         except Exception as exc:
             print("vendor ERROR", type(exc).__name__, exc)
     out = os.environ.get("OUT")

@@ -62,7 +62,7 @@ def value(study, step: str, metric: str, case: str, at):
     if step not in study.steps.slugs():  # a library row of the profiles page (torch-fp32, cudnn-tf32 …)
         from kernelbook.evidence.vendor import vendor
 
-        rows = [r for r in vendor(study, "replay").records if r.get("variant") == step]
+        rows = [r for r in vendor(study, "replay").records if r.get("step") == step]
         assert rows, f"{step} is neither a step of {study.name} nor a recorded library row"
         found = find_record(rows, metric, case, at)
         assert found is not None and found["value"] is not None, f"no {metric} for {case} recorded for {step}"

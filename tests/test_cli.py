@@ -15,7 +15,7 @@ from tinybook import make_book
 from kernelbook import cli, paths, results
 from kernelbook.measure import Measured
 
-REQUIRED = ["run_id", "device", "study", "variant", "layer", "batch", "metric", "value"]
+REQUIRED = ["run_id", "device", "study", "step", "layer", "size", "metric", "value"]
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_results_jsonl_has_the_required_columns(recorded, capsys):
     first, second = rows
     assert list(first)[: len(REQUIRED)] == REQUIRED
     assert first["run_id"] == recorded.run_id and first["device"] == "Fake GPU 1"
-    assert (first["layer"], first["batch"], first["metric"], first["value"]) == ("C1", 100, "op_time_ms", 2.0)
+    assert (first["layer"], first["size"], first["metric"], first["value"]) == ("C1", 100, "op_time_ms", 2.0)
     assert (first["min"], first["max"], first["n_samples"], first["part"]) == (1.0, 4.0, 3, "lenet-baseline")
     assert "samples" not in first
     assert second["layer"] is None and second["note"] == "whole inference"
@@ -50,7 +50,7 @@ def test_results_csv_has_header_and_rows(recorded, capsys):
     assert {"unit", "min", "max", "n_samples", "part", "note"} <= set(reader.fieldnames)
     rows = list(reader)
     assert len(rows) == 2
-    assert rows[0]["value"] == "2.0" and rows[0]["n_samples"] == "3" and rows[0]["batch"] == "100"
+    assert rows[0]["value"] == "2.0" and rows[0]["n_samples"] == "3" and rows[0]["size"] == "100"
     assert rows[1]["layer"] == ""  # None is an empty cell
 
 

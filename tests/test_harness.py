@@ -202,10 +202,10 @@ def test_measure_times_every_problem_with_one_timer_and_records_one_shape():
     records = harness.measure(STUDY, impl, {"short": {"limit": 64}, "long": {"limit": 64}}, [2, 3], 3, 1, {},
                               timer=fake_timer)
     ops = [r for r in records if r["metric"] == "op_time_ms"]
-    assert [(r["layer"], r["batch"]) for r in ops] == [("short", 2), ("long", 2), ("short", 3), ("long", 3)]
+    assert [(r["layer"], r["size"]) for r in ops] == [("short", 2), ("long", 2), ("short", 3), ("long", 3)]
     assert all(r["flops"] and r["min_bytes"] and r["params"] == {"limit": 64} and len(r["samples"]) == 3
                for r in ops)
-    assert [r["batch"] for r in records if r["metric"] == "size_time_ms"] == [2, 3]
+    assert [r["size"] for r in records if r["metric"] == "size_time_ms"] == [2, 3]
     assert all(r["value"] > 0 for r in records if r["metric"] == "max_out")
     assert TIMED[0] == {"graph": True, "timing": "events"}
 
@@ -229,7 +229,7 @@ def test_launch_once_launches_nothing_until_called_then_once():
 def test_vendor_runs_are_checked_and_timed_with_one_timer():
     TIMED.clear()
     records = harness.vendor(STUDY, [2], 2, 0, timer=fake_timer)
-    assert {r["variant"] for r in records} == {"numpy-fp32"}
+    assert {r["step"] for r in records} == {"numpy-fp32"}
     ops = [r for r in records if r["metric"] == "op_time_ms"]
     assert len(ops) == 2 and all(r["rel_l2_error"] == 0.0 for r in ops)
     assert [r["metric"] for r in records].count("rel_l2_error") == 2
@@ -276,7 +276,7 @@ def test_a_sweep_checks_then_times_each_configuration_records_refusals_and_repla
     TIMED.clear()
     sweep = Sweep("double", axes={"limit": [4, 16, 64]}, sizes=(2, 3), repeats=2, warmup=1)
     got = run_sweep(STUDY, sweep, mode="measure", run_id="20261123T0000Z-bbbbbb", timer=fake_timer)
-    rows = {(r["config"]["limit"], r["layer"], r["batch"]): (r["status"], r["value"]) for r in got.records}
+    rows = {(r["config"]["limit"], r["layer"], r["size"]): (r["status"], r["value"]) for r in got.records}
     assert len(rows) == 12 and {r["metric"] for r in got.records} == {"op_time_ms"}
     assert all(s.startswith("refused: n=") and v is None for (limit, _, _), (s, v) in rows.items() if limit == 4)
     assert rows[(16, "short", 3)][0] == "ok" and rows[(16, "short", 3)][1] is not None

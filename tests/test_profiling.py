@@ -160,7 +160,7 @@ def test_one_kernel_layer_maps_every_metric():
     assert c1["l1_hit_pct"] == pytest.approx(85.5) and c1["l2_hit_pct"] == pytest.approx(60.1)
     assert c1["achieved_occupancy_pct"] == pytest.approx(80.5)
     assert c1["active_threads_per_warp"] == pytest.approx(31.9)
-    assert all(r["study"] == "lenet" and r["batch"] == 1000 and r["kernel_count"] == 1
+    assert all(r["study"] == "lenet" and r["size"] == 1000 and r["kernel_count"] == 1
                for r in records if r["layer"] == "C1")
     assert _get(records, "C1", "tensor_pipe_pct") is None  # not in this CSV: not recorded
 

@@ -59,7 +59,7 @@ def test_malformed_files_fail_clearly(results_root):
                "records": [{"study": "lenet", "variant": "baseline", "layer": "C1", "batch": -5,
                             "metric": "op_time_ms", "value": 1.0}]}
     path.write_text(json.dumps(payload))
-    with pytest.raises(ResultsError, match="batch -5"):
+    with pytest.raises(ResultsError, match="size -5"):  # an old run's batch is read as its size
         run.read_part("lenet-baseline")
 
     (run.root / "manifest.json").write_text(json.dumps({"schema": 1}))
@@ -217,3 +217,41 @@ def test_an_unreadable_file_is_skipped_like_a_damaged_one(results_root, monkeypa
     with pytest.warns(results.StoreWarning, match="cannot be read"):
         assert [r.run_id for r in results.list_runs()] == [good.run_id]
     assert any("cannot be read" in p and str(unreadable) in p for p in results.check_store())
+
+
+def test_old_field_names_are_read_as_step_and_size_and_new_records_write_them(results_root):
+    """A run recorded before the store's vocabulary was fixed (``variant``, ``batch``) reads as
+    ``step`` and ``size``; a record written now has only the new names; a record with both an
+    old name and its new one is refused."""
+    run = fabricate_chapter(results_root)
+    path = run.part_path("lenet-baseline")
+    part = json.loads(path.read_text())
+    assert all({"step", "size"} <= set(r) and not {"variant", "batch"} & set(r) for r in part["records"])
+    old = {**part, "records": [{("variant" if k == "step" else "batch" if k == "size" else k): v
+                                for k, v in r.items()} for r in part["records"]]}
+    path.write_text(json.dumps(old))
+    read = run.read_part("lenet-baseline")
+    assert [(r["step"], r["layer"], r["size"], r["metric"]) for r in read["records"]] == \
+        [(r["step"], r["layer"], r["size"], r["metric"]) for r in part["records"]]
+    assert not any({"variant", "batch"} & set(r) for r in read["records"])
+    assert json.loads(path.read_text()) == old  # reading never rewrites the recorded file
+
+    both = {**part, "records": [{**part["records"][0], "batch": 100}]}
+    path.write_text(json.dumps(both))
+    with pytest.raises(ResultsError, match="both 'batch' and 'size'"):
+        run.read_part("lenet-baseline")
+
+
+def test_every_recorded_run_reads_under_the_new_names():
+    """The committed store: every part's records read with ``step`` and ``size``, none with the
+    old names, and the files on disk are as they were recorded."""
+    runs = results.list_runs()
+    if not runs:
+        pytest.skip("no recorded run in data/results/")
+    seen = 0
+    for run in runs:
+        for name in run.part_names():
+            for r in run.read_part(name)["records"]:
+                assert "step" in r and "size" in r and "variant" not in r and "batch" not in r, (run.run_id, name)
+                seen += 1
+    assert seen > 1000

@@ -56,11 +56,11 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
     import pandas as pd
 
     metric = study.time_metric
-    vendors = list(dict.fromkeys(r["variant"] for r in vendor_records))
+    vendors = list(dict.fromkeys(r["step"] for r in vendor_records))
     entries = [(v, ch.records if ch is not None and ch.correct else None,
                 ch.recording.short_label if ch is not None else NOT_RECORDED, ch) for v, ch in chapters.items()]
     for v in vendors:
-        entries.append((v, [r for r in vendor_records if r["variant"] == v], "vendor library", None))
+        entries.append((v, [r for r in vendor_records if r["step"] == v], "vendor library", None))
     rows = []
     for case in study.cases:
         if not any(record_value(records, metric, case, at) is not None for _, records, _, _ in entries if records):
@@ -78,7 +78,7 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
                                                                   NOT_RECORDED if records is None else "–"),
                    "% of its floor": f"{floor / op * 100:.1f} %" if op and floor else "–"}
             for v in vendors:
-                theirs = record_value([r for r in vendor_records if r["variant"] == v], metric, case, at)
+                theirs = record_value([r for r in vendor_records if r["step"] == v], metric, case, at)
                 row[f"vs {v}"] = f"{theirs / op:.2f}×" if op and theirs else "–"
             row.update({"Unit": math, study.rate_unit: f"{problem.flops / (op / 1e3) / 1e9:,.0f}" if op else "–",
                         "Floor of its unit": format_ms(floor) if floor else "–",

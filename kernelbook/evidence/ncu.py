@@ -110,7 +110,7 @@ def run_ncu(study, variant: str, case_params: dict | None = None, size: int | No
             raise ProfilerUnavailable(f"ncu profiled no kernel of {variant}.\n{_tail(log, 20)}",
                                       "run the target command (extra['commands']) alone to see whether it launches anything.")
     for r in records:  # a case that fixes its own size (an MLP test case) is recorded at that size
-        r["batch"] = study.size_of(r["layer"], batch)
+        r["size"] = study.size_of(r["layer"], batch)
     extra = {"kernels": kernels, "requested_metrics": requested, "chosen": {k: list(v) for k, v in chosen.items()},
              "missing_metrics": missing, "rejected_metrics": rejected, "metric_list": available is not None,
              "commands": [" ".join(c) for c in commands], "attribution": attribution,
@@ -262,7 +262,7 @@ def ncu_comparison(chapter, evidence: session_mod.Recording | None = None, metri
         return message_table(f"No Nsight Compute metrics recorded for {chapter.variant} ({NOT_RECORDED}).",
                              "Nsight Compute")
     frame = comparison_frame(steps, chapter.study.cases, metrics, chapter.study.case_header)
-    size = next((r["batch"] for r in steps["this step"][2] if r.get("batch")), chapter.study.profile_size)
+    size = next((r["size"] for r in steps["this step"][2] if r.get("size")), chapter.study.profile_size)
     where = ("each case at its own size" if chapter.study.rows == "cases"
              else f"{chapter.study.size_header.lower()} {size}")
     caption = (f"Nsight Compute (ncu --clock-control none), one launch per case, {where}; changes are relative "

@@ -181,7 +181,7 @@ def environment_tables(study, prefer: str | None, found_ceilings, found_vendor) 
     for run_id, (run, what) in runs.items():
         mine = vendor_session is not None and vendor_session.run.run_id == run_id
         layouts = ({"layouts": "NCHW tensors, and channels_last tensors for the …-channels-last rows"}
-                   if mine and any(str(r.get("variant", "")).endswith("channels-last") for r in found_vendor.records)
+                   if mine and any(str(r.get("step", "")).endswith("channels-last") for r in found_vendor.records)
                    else {})
         column = _environment_column(run, {**found_vendor.parameters, **found_vendor.extra, **layouts} if mine else None)
         frame = pd.DataFrame({"Fact": list(column), "Value": list(column.values())})

@@ -45,20 +45,20 @@ def points_from(study, chapters: dict, ncu: dict, vendor_records: list[dict] | N
     rows = []
     sources = [(f"{ch.step.number:02d}", v, ch.records, ch.recording.short_label, not ch.session.measuring,
                 ch.session.run.run_id) for v, ch in chapters.items() if ch is not None and ch.correct]
-    for i, v in enumerate(dict.fromkeys(r["variant"] for r in (vendor_records or [])), start=1):
-        sources.append((f"V{i}", v, [r for r in vendor_records if r["variant"] == v], vendor_label, True, vendor_run_id))
+    for i, v in enumerate(dict.fromkeys(r["step"] for r in (vendor_records or [])), start=1):
+        sources.append((f"V{i}", v, [r for r in vendor_records if r["step"] == v], vendor_label, True, vendor_run_id))
     for number, variant, records, provenance, replayed, run_id in sources:
         for layer in study.cases:
             found = [r for r in records if r["metric"] == study.time_metric and r["layer"] == layer
-                     and (at is ANY_BATCH or r["batch"] == at)]
+                     and (at is ANY_BATCH or r["size"] == at)]
             if not found or found[0]["value"] is None:
                 continue
-            op, size_here = found[0]["value"], found[0]["batch"]
+            op, size_here = found[0]["value"], found[0]["size"]
             shape = study.problem(layer, size_here)
             dram = [r for r in ncu.get(variant) or [] if r["metric"] == "dram_bytes" and r["layer"] == layer
                     and r["value"]]
             if dram:
-                profiled = study.problem(layer, dram[0].get("batch") or size_here)
+                profiled = study.problem(layer, dram[0].get("size") or size_here)
                 intensity, nbytes, source = profiled.flops / dram[0]["value"], dram[0]["value"], "dram (ncu)"
             else:
                 intensity, nbytes, source = shape.flops / shape.min_bytes, shape.min_bytes, "fewest bytes"

@@ -90,8 +90,8 @@ def sanitizer_table(study, prefer_run: str | None = None):
     newest: dict = {}
     for run in runs:  # oldest first: later runs overwrite
         for r in run.read_part(part(study))["records"]:
-            if r["variant"] in study.steps.slugs():  # a step since renamed or removed is not shown
-                newest[(r["variant"], r["layer"], r.get("tool"))] = (r, run.run_id)
+            if r["step"] in study.steps.slugs():  # a step since renamed or removed is not shown
+                newest[(r["step"], r["layer"], r.get("tool"))] = (r, run.run_id)
     order = {slug: i for i, slug in enumerate(study.steps.slugs())}
     rows: dict = {}
     for (variant, layer, tool), (r, run_id) in sorted(newest.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):

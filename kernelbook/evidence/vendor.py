@@ -54,7 +54,7 @@ def renamed(study, found: session_mod.Recording) -> session_mod.Recording:
     used other names (``cudnn`` for cuDNN FP32, ``pytorch-fp32``), mapped here when read, so the
     recorded data stays as it was written (``Study.old_vendor_names``)."""
     old = getattr(study, "old_vendor_names", {}) or {}
-    if any(r.get("variant") in old for r in found.records):
-        found.records = [{**r, "variant": old[r["variant"]]} if r.get("variant") in old else r
+    if any(r.get("step") in old for r in found.records):
+        found.records = [{**r, "step": old[r["step"]]} if r.get("step") in old else r
                          for r in found.records]
     return found

@@ -16,8 +16,8 @@ def op_time_vs_batch(chapter, step: str | None = None):
     fig, ax = plt.subplots(figsize=(7, 4.2))
     frame = throughput(chapter)
     for layer, group in frame.groupby("layer"):
-        group = group.sort_values("batch")
-        ax.plot(group["batch"], group["op_time_ms"], "o-", color=LAYER_COLORS.get(layer),
+        group = group.sort_values("size")
+        ax.plot(group["size"], group["op_time_ms"], "o-", color=LAYER_COLORS.get(layer),
                 label=f"{layer} ({chapter.variant}, this book)")
     seeds = reported(step or chapter.variant)
     for (seed, gpu, what), group in seeds.groupby(["seed", "gpu", "seed_label"]):
@@ -43,8 +43,8 @@ def sweep_heatmaps(grid, batch: int | None = None):
     frame = grid.frame()
     metric = grid.parameters["metric"]
     frame = frame[frame["metric"] == metric]
-    batch = batch or int(frame["batch"].max())
-    frame = frame[frame["batch"] == batch].copy()
+    batch = batch or int(frame["size"].max())
+    frame = frame[frame["size"] == batch].copy()
     frame["block"] = frame["tile_w"].astype(str) + "×" + frame["tile_h"].astype(str)
     frame["work"] = "out/thread " + frame["out_per_thread"].astype(str) + ", imgs " + frame["imgs_per_block"].astype(str)
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.6), dpi=110)
@@ -77,10 +77,10 @@ def streams_sweep(grid):
     """Layer time against the number of streams, pinned and pageable, per layer and batch."""
     frame = grid.frame()
     frame = frame[frame["metric"] == "layer_time_ms"]
-    batches = sorted(frame["batch"].unique())
+    batches = sorted(frame["size"].unique())
     fig, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches), 3.8), squeeze=False)
     for ax, batch in zip(axes[0], batches):
-        sub = frame[frame["batch"] == batch]
+        sub = frame[frame["size"] == batch]
         for (layer, memory), group in sub.groupby(["layer", "host_memory"]):
             group = group.sort_values("n_streams")
             ax.plot(group["n_streams"], group["value"], "o-" if memory == "pinned" else "s--",

@@ -72,10 +72,10 @@ def expectations(chapter) -> list[str]:
         return ["The kernel failed its correctness check; nothing was timed."]
     lines = []
     frame = throughput(chapter)
-    batches = sorted(frame["batch"].unique())
+    batches = sorted(frame["size"].unique())
     small, large = batches[0], batches[-1]
     for layer, group in frame.groupby("layer"):
-        t = dict(zip(group["batch"], group["op_time_ms"]))
+        t = dict(zip(group["size"], group["op_time_ms"]))
         if large > small:
             growth = t[large] / t[small]
             work = large / small
@@ -85,7 +85,7 @@ def expectations(chapter) -> list[str]:
                        "costs (launch, tail, latency) weigh on it")
             lines.append(f"{layer}: {work:g}× the images took {growth:.1f}× the op time "
                          f"({format_ms(t[small])} → {format_ms(t[large])}), {verdict}.")
-    at_large = frame[frame["batch"] == large].set_index("layer")
+    at_large = frame[frame["size"] == large].set_index("layer")
     if {"C1", "C3"} <= set(at_large.index):
         flop_ratio = (at_large.loc["C3", "gflops"] * at_large.loc["C3", "op_time_ms"]) / (
             at_large.loc["C1", "gflops"] * at_large.loc["C1", "op_time_ms"])
@@ -122,12 +122,12 @@ def accuracy_change(steps: dict):
     for r in current.records:
         if r["metric"] != "accuracy":
             continue
-        ref = find_record(base.records, "accuracy", "network", r["batch"])
-        rows.append({"Batch Size": r["batch"],
+        ref = find_record(base.records, "accuracy", "network", r["size"])
+        rows.append({"Batch Size": r["size"],
                      f"Accuracy, {base.variant}": "–" if ref is None else f"{ref['value']:.4f}",
                      f"Accuracy, {current.variant}": f"{r['value']:.4f}",
                      "Change (images)": "–" if ref is None else
-                     f"{round((r['value'] - ref['value']) * r['batch']):+d}"})
+                     f"{round((r['value'] - ref['value']) * r['size']):+d}"})
     caption = (f"Top-1 accuracy on the first B test images, {current.variant} against {base.variant}. "
                f"{current.session.short_label}")
     return styled(pd.DataFrame(rows), caption)
@@ -174,7 +174,7 @@ def goal_lines(chapter, goal: dict) -> list[str]:
     lines = [f"Goal: Op Time 1 + Op Time 2 at batch {batch} = {format_ms(ops[0]['value'])} + "
              f"{format_ms(ops[1]['value'])} = {format_ms(total)}, which {status}."]
     found = vendor(chapter.study, "replay", prefer_run=chapter.session.run.run_id)
-    cudnn = [find_record([r for r in found.records if r["variant"] == goal["vendor"]], "op_time_ms", layer, batch)
+    cudnn = [find_record([r for r in found.records if r["step"] == goal["vendor"]], "op_time_ms", layer, batch)
              for layer in goal["cases"]]
     if None not in cudnn:
         theirs = cudnn[0]["value"] + cudnn[1]["value"]

@@ -170,7 +170,7 @@ class MlpStudy(Study):
             if op is None:
                 continue
             seconds = op["value"] / 1e3
-            line = (f"{case} ({op['batch']:,} columns): {format_ms(op['value'])}, {op['flops'] / seconds / 1e9:,.0f} "
+            line = (f"{case} ({op['size']:,} columns): {format_ms(op['value'])}, {op['flops'] / seconds / 1e9:,.0f} "
                     f"GFLOP/s and {op['min_bytes'] / seconds / 1e9:,.0f} GB/s of the fewest bytes")
             if up is not None:
                 line += f"; with the upload of x, {format_ms(up['value'])} ({up['value'] / op['value']:.1f}× longer)"

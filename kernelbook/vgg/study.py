@@ -123,7 +123,7 @@ class VggStudy(Study):
             from ..evidence.floor import UNITS, floor_ms, step_math
 
             math = step_math(chapter, "B1")
-            floor = floor_ms(self.problem("B1", op["batch"]), ceilings_for(chapter), math)
+            floor = floor_ms(self.problem("B1", op["size"]), ceilings_for(chapter), math)
             if floor is not None:
                 rate, cost = UNITS[math]
                 label = {"fp32_gflops": "FP32 FMA", "tf32_tensor_gflops": "TF32 tensor-core",
@@ -138,8 +138,8 @@ class VggStudy(Study):
         found = vendor(self, "replay", prefer_run=chapter.session.run.run_id)
         if op is not None and found.found:
             others = []
-            for variant in dict.fromkeys(r["variant"] for r in found.records):
-                ref = find_record([r for r in found.records if r["variant"] == variant], "op_time_ms", "B1")
+            for variant in dict.fromkeys(r["step"] for r in found.records):
+                ref = find_record([r for r in found.records if r["step"] == variant], "op_time_ms", "B1")
                 if ref is not None:
                     ratio = ref["value"] / op["value"]
                     others.append(f"{variant} {format_ms(ref['value'])} "
