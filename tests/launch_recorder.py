@@ -1,0 +1,198 @@
+"""What a step's ``launch`` issues, recorded on the CPU: every kernel call's name, compile-time
+defines, grid, block, shared memory, opt-in dynamic shared memory and arguments, with fake kernels
+in place of the compiled ones (``impl.kernel`` is replaced) and named stand-ins for the device
+arrays (operands, scratch matrices, workspaces). Used by ``test_declared_launches`` to prove that
+a step's declared ``launches()`` issue exactly what its hand-written launch did.
+
+``python tests/launch_recorder.py`` rewrites ``tests/data/launch_table.json`` from the code as it
+is (run it only on the code the table must describe).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+TABLE = Path(__file__).parent / "data" / "launch_table.json"
+
+
+class Named:
+    """A stand-in device array: only its name matters (``size`` for the MLP's ReLU launch)."""
+
+    def __init__(self, name, size=0):
+        self.name, self.size = name, size
+
+    def __repr__(self):
+        return self.name
+
+
+class FakeKernel:
+    def __init__(self, log, name, defines):
+        self.log, self.name, self.defines = log, name, defines
+        self.max_dynamic_shared_size_bytes = None
+
+    def __call__(self, grid, block, args, shared_mem=0, stream=None, **kwargs):
+        self.log.append({
+            "kernel": self.name,
+            "defines": {k: v if isinstance(v, (int, str)) else repr(v) for k, v in sorted(self.defines.items())},
+            "grid": [int(g) for g in grid], "block": [int(b) for b in block],
+            "shared_mem": int(shared_mem),
+            "max_dynamic_smem": self.max_dynamic_shared_size_bytes,
+            "args": [encode(a) for a in args],
+            "extra": sorted(kwargs),
+        })
+
+
+def encode(arg):
+    if isinstance(arg, Named):
+        return arg.name
+    if isinstance(arg, (np.integer, np.floating)):
+        return f"{type(arg).__name__}:{arg.item()!r}"
+    return f"?{type(arg).__name__}:{arg!r}"
+
+
+def _patch(impl, log, monkeypatch, compiled):
+    """Replace every way ``impl`` reaches the GPU: its kernels (each one fetched is named in
+    ``compiled``), scratch and workspaces."""
+    def kernel(name, params, problem, impl=impl):
+        compiled.append(name)
+        return FakeKernel(log, name, impl.defines(params, problem))
+
+    def workspace(*args, impl=impl, **kwargs):
+        try:
+            n = len(impl.workspace_floats(*args))
+        except TypeError:
+            n = len(impl.workspace_floats(args[0]))
+        return tuple(Named(f"ws{i}") for i in range(n))
+
+    for target in (impl, getattr(impl, "_winograd", None)):
+        if target is None:
+            continue
+        monkeypatch.setattr(target, "kernel", lambda name, params, problem, t=target: kernel(name, params, problem, t))
+        if hasattr(target, "workspace_floats"):
+            monkeypatch.setattr(target, "workspace", lambda *a, t=target, **k: workspace(*a, impl=t, **k))
+        if hasattr(target, "scratch"):
+            monkeypatch.setattr(target, "scratch", lambda n: (Named("h1", 64 * n), Named("h2", 64 * n)))
+
+
+# ----------------------------------------------------------------------------- the cases
+
+
+def mlp_cases():
+    from kernelbook.mlp import STEPS
+
+    sizes = (1, 31, 33, 4096, 12799, 12800, 65536, 65537, 2_097_152)
+    variations = {
+        "baseline": [{}, {"tile": 8}, {"tile": 32}, {"tile": 4}, {"tile": 64}],
+        "fused-global": [{}, {"columns": 1}, {"columns": 16}, {"columns": 17}],
+        "fused-shared": [{}, {"columns": 1}, {"columns": 8}, {"columns": 16}],
+        "whole-net-shared": [{}, {"columns": 2, "blocks_per_sm": 1}, {"columns": 16, "blocks_per_sm": 8}, {"blocks_per_sm": 0}],
+        "shared-and-registers": [{}, {"columns": 1, "blocks_per_sm": 32}, {"columns": 5}],
+        "last-layer-coop": [{}, {"columns": 3, "blocks_per_sm": 2}],
+        "whole-net-registers": [{}, {"blocks_per_sm": 1}, {"blocks_per_sm": 32}],
+        "half-precision": [{}, {"blocks_per_sm": 8}],
+        "reduced-bank-conflicts": [{}, {"blocks_per_sm": 2}],
+        "coalesced-weights": [{}, {"blocks_per_sm": 8}],
+        "inputs-load-hiding": [{}, {"blocks_per_sm": 2}],
+        "better-occupancy": [{}, {"blocks_per_sm": 8, "min_blocks": 2}, {"min_blocks": 8}, {"min_blocks": 9}],
+        "best": [{}, {"small": "coalesced-weights", "large": "better-occupancy", "switch_columns": 4096},
+                 {"small": "better-occupancy", "large": "coalesced-weights", "switch_columns": 33, "blocks_per_sm": 2},
+                 {"small": "nope"}],
+    }
+    for slug, overrides in variations.items():
+        for over in overrides:
+            for n in sizes:
+                yield "mlp", STEPS.impl(slug), {"N": n}, over
+
+
+def vgg_cases():
+    from kernelbook.vgg import STEPS
+
+    shapes = [(1, 256, 224, 224, 256, 5), (2, 3, 17, 9, 5, 3), (1, 1, 2, 2, 1, 1), (3, 7, 31, 33, 300, 7),
+              (1, 64, 56, 56, 128, 3), (1, 16, 30, 30, 40, 9), (4, 2, 8, 8, 70000, 1)]
+    variations = {
+        "baseline": [{}, {"tile": 8}, {"tile": 32}, {"tile": 33}],
+        "weights-shared": [{}, {"tile": 8}],
+        "inputs-shared": [{}, {"tile": 4}],
+        "weights-registers": [{}, {"tile": 32}],
+        "weights-on-the-fly": [{}, {"tile": 8}],
+        "two-phase-weights": [{}, {"phases": 4, "tile": 8}, {"phases": 1}],
+        "register-tiled": [{}, {"bm": 32, "th": 4, "tw": 16, "stages": 2, "min_blocks": 1},
+                           {"bm": 128, "th": 16, "tw": 32}, {"tw": 6}],
+        "tf32": [{}, {"bm": 64, "th": 16, "tw": 16, "warps_m": 2, "warps_n": 4, "stages": 2},
+                 {"bm": 64, "warps_m": 1, "warps_n": 2, "th": 4, "tw": 8}, {"warps_n": 3}],
+        "3xtf32": [{}, {"bm": 128, "th": 8, "tw": 16, "stages": 2}],
+        "winograd": [{}, {"threads": 128}, {"threads": 100}],
+        "final": [{}, {"bm": 128, "th": 8, "tw": 16}],
+    }
+    for slug, overrides in variations.items():
+        for over in overrides:
+            for s in shapes:
+                yield "vgg", STEPS.impl(slug), dict(zip("BCHWMK", s)), over
+
+
+def _problem(study, shape):
+    if study == "mlp":
+        from kernelbook.mlp.problem import MlpShape
+        return MlpShape(shape["N"])
+    from kernelbook.vgg.problem import ConvPoolShape
+    return ConvPoolShape(**shape)
+
+
+def _operands(study):
+    if study == "mlp":
+        from kernelbook.mlp.impls import PreparedWeights
+
+        raw = tuple(Named(n) for n in ("W1", "b1", "W2", "b2", "W3", "b3"))
+        extra = {n: Named(n) for n in ("w1p", "w2p", "w3p", "w1q", "w2q", "w3q", "packed")}
+        return Named("y"), (Named("x"), PreparedWeights(raw, extra))
+    return Named("y"), (Named("x"), Named("w"), Named("b"))
+
+
+def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
+    """What ``validate``, ``prepare`` and ``launch`` do for one case."""
+    entry = {"study": study, "step": impl.slug, "shape": shape, "params": overrides}
+    try:
+        params = impl.params(**overrides)
+        problem = _problem(study, shape)
+        impl.validate(problem, params)
+    except Exception as exc:  # noqa: BLE001 - the refusal is part of what is compared
+        entry["refused"] = type(exc).__name__
+        return entry
+    log: list = []
+    compiled: list = []
+    with monkeypatch.context() as m:
+        _patch(impl, log, m, compiled)
+        impl.prepare(params, problem)
+        entry["prepared"] = sorted(set(compiled))
+        y, operands = _operands(study)
+        impl.launch(y, *operands, problem, params)
+        entry["launches"] = log
+    return entry
+
+
+def all_cases():
+    yield from mlp_cases()
+    yield from vgg_cases()
+
+
+def build_table() -> list[dict]:
+    from _pytest.monkeypatch import MonkeyPatch
+
+    mp = MonkeyPatch()
+    try:
+        return [record_case(*case, mp) for case in all_cases()]
+    finally:
+        mp.undo()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    table = build_table()
+    TABLE.parent.mkdir(exist_ok=True)
+    TABLE.write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
+    launched = sum(1 for e in table if "launches" in e)
+    print(f"{len(table)} cases ({launched} launched, {len(table) - launched} refused) -> {TABLE}")

@@ -1,0 +1,45 @@
+"""Every step's launches match a table of expectations, on the CPU.
+
+``tests/data/launch_table.json`` was recorded (``python tests/launch_recorder.py``) from the
+MLP's and VGG's hand-written launch paths (MLP ``plan()/args()``, VGG ``geometry()``) before they
+were ported to the declared ``launches()``/``launch_args()`` of ``kernelbook.steps``: for each
+step, several valid and invalid shapes and parameter sets, whether ``validate`` refuses (and
+with which error), which kernels ``prepare`` compiles, and every kernel call ``launch`` makes
+(kernel, compile-time defines, grid, block, shared memory, opt-in dynamic shared memory,
+arguments by name and type). The ported code must issue exactly the same; on a GPU,
+``make test-gpu`` checks the kernels themselves against float64.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from launch_recorder import TABLE, all_cases, record_case
+
+EXPECTED = json.loads(TABLE.read_text())
+
+
+def _key(entry) -> str:
+    return f"{entry['study']}:{entry['step']}:{json.dumps(entry['shape'], sort_keys=True)}:" \
+           f"{json.dumps(entry['params'], sort_keys=True)}"
+
+
+def test_the_table_covers_every_case_and_refuses_some():
+    cases = [(study, impl.slug, shape, over) for study, impl, shape, over in all_cases()]
+    assert len(cases) == len(EXPECTED)
+    assert sum("refused" in e for e in EXPECTED) >= 50 and sum("launches" in e for e in EXPECTED) >= 400
+    assert {(e["study"], e["step"]) for e in EXPECTED} >= {("mlp", "best"), ("vgg", "3xtf32"), ("vgg", "final")}
+
+
+@pytest.mark.parametrize("study, impl, shape, overrides",
+                         [pytest.param(*c, id=f"{c[0]}-{c[1].slug}-{i}") for i, c in enumerate(all_cases())])
+def test_launches_match_the_recorded_table(study, impl, shape, overrides, monkeypatch):
+    expected = {_key(e): e for e in EXPECTED}
+    got = json.loads(json.dumps(record_case(study, impl, shape, overrides, monkeypatch)))
+    want = expected[_key(got)]
+    assert got.get("refused") == want.get("refused")
+    assert got.get("prepared") == want.get("prepared")
+    assert got.get("launches") == want.get("launches")
+
