@@ -65,6 +65,9 @@ class Launch:
     dynamic_smem: int = 0       # bytes of dynamic shared memory
     static_smem: int = 0        # bytes of static shared memory (as ptxas reports it), for the limit check
     min_blocks: int = 0         # __launch_bounds__ minimum blocks per SM (0: none)
+    #: Which of a step's launches this is, for ``launch_args`` when one kernel is launched more
+    #: than once with other arguments (e.g. "layer2"); empty when the kernel name says it.
+    key: str = ""
 
 
 class StepImpl:
@@ -129,11 +132,12 @@ class StepImpl:
         """The kernel arguments of one of ``launches`` (a step that declares launches says)."""
         raise NotImplementedError(f"step {self.slug!r} declares launches but not their launch_args()")
 
-    def check_launches(self, problem, params: dict) -> None:
-        """Refuse, before any launch, a declared launch the device cannot run."""
+    def check_launches(self, problem, params: dict, launches: list[Launch] | None = None) -> None:
+        """Refuse, before any launch, a declared launch the device cannot run (``launches``: these
+        of the step's launches, in this order; default all of them)."""
         from . import limits
 
-        for launch in self.launches(problem, params) or []:
+        for launch in (self.launches(problem, params) or []) if launches is None else launches:
             what = f"Step {self.slug!r}: {launch.kernel}"
             limits.check_launch(launch.grid, launch.block, launch.dynamic_smem, launch.static_smem, what=what)
             if launch.min_blocks:

@@ -4,9 +4,9 @@ otherwise)."""
 
 from __future__ import annotations
 
-from .. import limits
 from ..errors import ParameterError, ShapeError
-from .impls import ThreeTF32, VggStep, _int_param, ceil_div
+from ..steps import Launch
+from .impls import ThreeTF32, VggStep, _int32, _int_param, ceil_div, check_shape_type
 from .problem import ConvPoolShape
 
 WINOGRAD_K = (1, 3, 5, 7)               # the kernel sizes 09_winograd.cu has transform tables for
@@ -57,24 +57,32 @@ class Winograd(VggStep):
         a2, cp_, mp, pp = self.padded(shape)
         return a2 * cp_ * mp, a2 * cp_ * pp, a2 * mp * pp
 
-    def launch_table(self, shape: ConvPoolShape, params: dict) -> list[tuple[str, tuple, tuple, int]]:
-        """(kernel, grid, block, dynamic smem) of the four launches, in order."""
+    def launches(self, shape: ConvPoolShape, params: dict) -> list[Launch]:
+        """The four launches, in order: the two transforms, the batched GEMMs, the output."""
         a2, cp_, mp, pp = self.padded(shape)
         t = params["threads"]
         g = self.GEMM_TILE
-        return [("winograd_weights", (ceil_div(cp_ * mp, t), 1, 1), (t, 1, 1), 0),
-                ("winograd_input", (ceil_div(cp_ * pp, t), 1, 1), (t, 1, 1), 0),
-                ("winograd_gemm", (pp // g, mp // g, a2), (self.GEMM_THREADS, 1, 1), 0),
-                ("winograd_output", (ceil_div(shape.M * shape.B * shape.Hp * shape.Wp, t), 1, 1), (t, 1, 1), 0)]
+        return [Launch("winograd_weights", (ceil_div(cp_ * mp, t), 1, 1), (t, 1, 1)),
+                Launch("winograd_input", (ceil_div(cp_ * pp, t), 1, 1), (t, 1, 1)),
+                Launch("winograd_gemm", (pp // g, mp // g, a2), (self.GEMM_THREADS, 1, 1), static_smem=self.GEMM_SMEM),
+                Launch("winograd_output", (ceil_div(shape.M * shape.B * shape.Hp * shape.Wp, t), 1, 1), (t, 1, 1))]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        x, w, b = operands
+        u, v, mx = self.workspace(shape)
+        _, cp_, mp, pp = _int32(*self.padded(shape))
+        B, C, H, W, M = _int32(shape.B, shape.C, shape.H, shape.W, shape.M)
+        return {"winograd_weights": (u, w, C, M, cp_, mp),
+                "winograd_input": (v, x, B, C, H, W, cp_, pp),
+                "winograd_gemm": (mx, u, v, cp_, mp, pp),
+                "winograd_output": (y, mx, b, B, H, W, M, mp, pp)}[launch.kernel]
 
     def geometry(self, shape, params):
-        _, grid, block, smem = self.launch_table(shape, params)[2]   # the GEMM: where the time goes
-        return grid, block, smem
+        gemm = self.launches(shape, params)[2]   # the GEMM: where the time goes
+        return gemm.grid, gemm.block, gemm.dynamic_smem
 
     def validate(self, shape, params):
-        if not isinstance(shape, ConvPoolShape):
-            raise ParameterError(f"shape must be a ConvPoolShape, not {type(shape).__name__}.",
-                                 "build it with ConvPoolShape(B, C, H, W, M, K) or ConvPoolShape.from_arrays.")
+        check_shape_type(shape)
         if shape.K not in WINOGRAD_K:
             raise ShapeError(f"Step 'winograd' has F(2×2, K×K) transforms for K in {WINOGRAD_K}, not K={shape.K}.",
                              "use another step (e.g. step='final' or 'register-tiled') for this kernel size.")
@@ -84,10 +92,7 @@ class Winograd(VggStep):
             raise ShapeError(f"Step 'winograd' needs a {nbytes / 2 ** 30:.1f} GiB workspace for {shape.as_dict()} "
                              f"(limit {WINOGRAD_WORKSPACE_MAX / 2 ** 30:.0f} GiB).",
                              "split the batch into smaller calls, or use another step.")
-        for name, grid, block, smem in self.launch_table(shape, params):
-            limits.check_launch(grid, block, dynamic_smem=smem,
-                                static_smem=self.GEMM_SMEM if name == "winograd_gemm" else 0,
-                                what=f"Step 'winograd' ({name}) on {shape.as_dict()}")
+        self.check_launches(shape, params)
 
     def workspace(self, shape: ConvPoolShape):
         import cupy as cp
@@ -103,20 +108,6 @@ class Winograd(VggStep):
     def prepare(self, params, problem):
         super().prepare(params, problem)
         self.workspace(problem)
-
-    def launch(self, y, x, w, b, shape, params, stream=None):
-        import numpy as np
-
-        u, v, mx = self.workspace(shape)
-        _, cp_, mp, pp = (np.int32(n) for n in self.padded(shape))
-        i32 = [np.int32(n) for n in (shape.B, shape.C, shape.H, shape.W, shape.M)]
-        B, C, H, W, M = i32
-        args = {"winograd_weights": (u, w, C, M, cp_, mp),
-                "winograd_input": (v, x, B, C, H, W, cp_, pp),
-                "winograd_gemm": (mx, u, v, cp_, mp, pp),
-                "winograd_output": (y, mx, b, B, H, W, M, mp, pp)}
-        for name, grid, block, smem in self.launch_table(shape, params):
-            self.kernel(name, params, shape)(grid, block, args[name], shared_mem=smem, stream=stream)
 
 
 class _Step09Kernels(Winograd):
@@ -162,8 +153,20 @@ class Final(ThreeTF32):
             return self._winograd.defines(self._winograd.params(), shape)
         return super().defines(params, shape)
 
+    def launches(self, shape, params):
+        """Step 09's four launches for K in 1, 3, 5, 7; else the 3xTF32 ones (read by the limit
+        checks and ``kernels_for``; ``launch`` routes the call)."""
+        if self.uses_winograd(shape):
+            return self._winograd.launches(shape, self._winograd.params())
+        return super().launches(shape, params)
+
+    def geometry(self, shape, params):
+        if self.uses_winograd(shape):
+            return self._winograd.geometry(shape, self._winograd.params())
+        return super().geometry(shape, params)
+
     def validate(self, shape, params):
-        super().validate(shape, params)   # the 3xTF32 parameters are checked either way
+        super().validate(shape, params)   # the 3xTF32 parameters and launches are checked either way
         if self.uses_winograd(shape):
             self._winograd.validate(shape, self._winograd.params())
 

@@ -5,6 +5,12 @@ Every ``launch(y, x, w, b, shape, params, stream=None)`` takes float32 C-contigu
 enqueues the step's kernel(s) on ``stream``. ``validate`` runs first and raises
 ``ParameterError``/``LaunchLimitError`` (a ``ParameterError``) for anything that cannot run.
 
+Steps 00-10 declare their launches as data (``launches(shape, params) -> [Launch]`` and
+``launch_args``, see ``kernelbook.steps``): the core's ``launch``, limit checks, ``prepare`` and
+``kernels_for`` read that one list. ``tests/test_declared_launches.py`` holds them to the launches
+the hand-written paths made before (a recorded table of kernels, grids, blocks, shared memory and
+arguments).
+
 Two kernel families:
 
 - steps 00-05 (``DirectStep``): one thread per pooled output, a TILE×TILE block of pooled outputs
@@ -20,7 +26,7 @@ import math
 from .. import limits
 from ..limits import ceil_div
 from ..errors import ParameterError, ShapeError
-from ..steps import StepImpl
+from ..steps import Launch, StepImpl
 from .problem import ConvPoolShape
 
 GRID_YZ_MAX = 65535
@@ -37,15 +43,24 @@ def _int_param(params: dict, name: str, low: int, high: int, example) -> int:
     return value
 
 
-def _args(y, x, w, b, shape: ConvPoolShape, with_k: bool):
+def _int32(*values):
     import numpy as np
 
-    sizes = [shape.B, shape.C, shape.H, shape.W, shape.M] + ([shape.K] if with_k else [])
-    return (y, x, w, b, *[np.int32(v) for v in sizes])
+    return tuple(np.int32(v) for v in values)
+
+
+def check_shape_type(shape) -> None:
+    if not isinstance(shape, ConvPoolShape):
+        raise ParameterError(f"shape must be a ConvPoolShape, not {type(shape).__name__}.",
+                             "build it with ConvPoolShape(B, C, H, W, M, K) or ConvPoolShape.from_arrays.")
 
 
 class VggStep(StepImpl):
-    """What every step shares: a launch described by ``geometry`` and checked by ``validate``."""
+    """What every step shares: its launches, checked by ``validate`` before any of them.
+
+    A step declares ``launches``/``launch_args`` (steps 00-10); ``geometry`` (grid, block and
+    dynamic shared memory of the launch where the time goes, for ``describe``) is read from them.
+    A step that launches by hand overrides ``geometry`` and ``launch`` instead."""
 
     precision = "fp32"
     tolerance = 1e-5
@@ -53,26 +68,21 @@ class VggStep(StepImpl):
     runtime_k = False   # True when K is a kernel argument; False when it is the KSIZE define
 
     def geometry(self, shape: ConvPoolShape, params: dict) -> tuple[tuple, tuple, int]:
-        """(grid, block, dynamic shared-memory bytes) of the launch."""
-        raise NotImplementedError
+        """(grid, block, dynamic shared-memory bytes) of the main launch (the last declared one)."""
+        main = self.launches(shape, params)[-1]
+        return main.grid, main.block, main.dynamic_smem
 
     def check_params(self, params: dict) -> None:
         """Parameter values alone (no shape): ParameterError when one is out of range."""
 
     def validate(self, shape: ConvPoolShape, params: dict) -> None:
-        if not isinstance(shape, ConvPoolShape):
-            raise ParameterError(f"shape must be a ConvPoolShape, not {type(shape).__name__}.",
-                                 "build it with ConvPoolShape(B, C, H, W, M, K) or ConvPoolShape.from_arrays.")
+        check_shape_type(shape)
         self.check_params(params)
+        if self.launches(shape, params) is not None:
+            self.check_launches(shape, params)
+            return
         grid, block, smem = self.geometry(shape, params)
         limits.check_launch(grid, block, dynamic_smem=smem, what=f"Step {self.slug!r} on {shape.as_dict()}")
-
-    def launch(self, y, x, w, b, shape: ConvPoolShape, params: dict, stream=None) -> None:
-        grid, block, smem = self.geometry(shape, params)
-        kernel = self.kernel(self.kernel_names[0], params, shape)
-        if smem > limits.H100.static_smem_per_block:  # beyond the default, a block must opt in to more shared memory
-            kernel.max_dynamic_shared_size_bytes = smem
-        kernel(grid, block, _args(y, x, w, b, shape, self.runtime_k), shared_mem=smem, stream=stream)
 
 
 # ----------------------------------------------------------------------------- steps 00-05
@@ -99,10 +109,14 @@ class DirectStep(VggStep):
         """Input rows (and columns) of one block's window: 2·TILE + K − 1."""
         return 2 * params["tile"] + shape.K - 1
 
-    def geometry(self, shape, params):
+    def launches(self, shape, params):
         t = params["tile"]
         grid = (ceil_div(shape.Wp, t), ceil_div(shape.Hp, t), shape.B * shape.M)
-        return grid, (t, t, 1), 4 * self.smem_floats(shape, params)
+        return [Launch(self.kernel_names[0], grid, (t, t, 1), dynamic_smem=4 * self.smem_floats(shape, params))]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        x, w, b = operands
+        return (y, x, w, b, *_int32(shape.B, shape.C, shape.H, shape.W, shape.M, *([shape.K] if self.runtime_k else [])))
 
 
 class Baseline(DirectStep):
@@ -210,11 +224,15 @@ class TiledStep(VggStep):
         return {"BM": params["bm"], "TH": params["th"], "TW": params["tw"], "STAGES": params["stages"],
                 "MIN_BLOCKS": params["min_blocks"], "KSIZE": shape.K}
 
-    def geometry(self, shape, params):
+    def launches(self, shape, params):
         tiles = ceil_div(shape.H, params["th"]) * ceil_div(shape.W, params["tw"])
         grid = (tiles * shape.B, ceil_div(shape.M, params["bm"]), 1)
         smem = 4 * params["stages"] * stage_floats(params["bm"], params["th"], params["tw"], shape.K)
-        return grid, (self.threads(params), 1, 1), smem
+        return [Launch(self.kernel_names[0], grid, (self.threads(params), 1, 1), dynamic_smem=smem)]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        x, w, b = operands
+        return (y, x, w, b, *_int32(shape.B, shape.C, shape.H, shape.W, shape.M))
 
 
 class RegisterTiled(TiledStep):
@@ -292,24 +310,41 @@ class TensorCoreStep(TiledStep):
         cp_, mp, hpd, wpd = self.padded(shape, params)
         return self.planes * cp_ * shape.K ** 2 * mp, self.planes * shape.B * cp_ * hpd * wpd
 
-    def geometry(self, shape, params):
-        tiles = ceil_div(shape.H, params["th"]) * ceil_div(shape.W, params["tw"])
-        grid = (tiles * shape.B, ceil_div(shape.M, params["bm"]), 1)
-        smem = 4 * params["stages"] * tc_stage_floats(params["bm"], params["th"], params["tw"], shape.K, self.planes)
-        return grid, (self.threads(params), 1, 1), smem
-
     def pack_grids(self, shape, params) -> tuple[tuple, tuple]:
         nw, nx = (n // self.planes for n in self.workspace_floats(shape, params))
         return (ceil_div(nw, self.PACK_THREADS), 1, 1), (ceil_div(nx, self.PACK_THREADS), 1, 1)
 
+    def launches(self, shape, params):
+        """Pack the weights, pack the input, then the main kernel (the last: ``geometry``)."""
+        tiles = ceil_div(shape.H, params["th"]) * ceil_div(shape.W, params["tw"])
+        grid = (tiles * shape.B, ceil_div(shape.M, params["bm"]), 1)
+        smem = 4 * params["stages"] * tc_stage_floats(params["bm"], params["th"], params["tw"], shape.K, self.planes)
+        gw, gx = self.pack_grids(shape, params)
+        pack = (self.PACK_THREADS, 1, 1)
+        return [Launch("tc_pack_weights", gw, pack), Launch("tc_pack_input", gx, pack),
+                Launch(self.kernel_names[0], grid, (self.threads(params), 1, 1), dynamic_smem=smem)]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        x, w, b = operands
+        wp, xp = self.workspace(shape, params)
+        cp_, mp, hpd, wpd = _int32(*self.padded(shape, params))
+        B, C, H, W, M = _int32(shape.B, shape.C, shape.H, shape.W, shape.M)
+        if launch.kernel == "tc_pack_weights":
+            return (wp, w, C, M, cp_, mp)
+        if launch.kernel == "tc_pack_input":
+            return (xp, x, B, C, H, W, cp_, hpd, wpd)
+        return (y, xp, wp, b, B, cp_, H, W, M, mp, hpd, wpd)
+
     def validate(self, shape, params):
-        super().validate(shape, params)
+        check_shape_type(shape)
+        self.check_params(params)
+        *packs, main = TensorCoreStep.launches(self, shape, params)   # step 10 routes some shapes elsewhere
+        self.check_launches(shape, params, [main])
         nbytes = 4 * sum(self.workspace_floats(shape, params))
         if nbytes > 8 * 1024 ** 3:
             raise ShapeError(f"Step {self.slug!r} needs a {nbytes / 2 ** 30:.1f} GiB packed-operand workspace "
                              f"for {shape.as_dict()}.", "split the batch into smaller calls.")
-        for grid in self.pack_grids(shape, params):
-            limits.check_launch(grid, (self.PACK_THREADS, 1, 1), what=f"Step {self.slug!r} (packing) on {shape.as_dict()}")
+        self.check_launches(shape, params, packs)
 
     def workspace(self, shape, params):
         import cupy as cp
@@ -325,22 +360,6 @@ class TensorCoreStep(TiledStep):
     def prepare(self, params, problem):
         super().prepare(params, problem)
         self.workspace(problem, params)
-
-    def launch(self, y, x, w, b, shape, params, stream=None):
-        import numpy as np
-
-        grid, block, smem = self.geometry(shape, params)
-        wp, xp = self.workspace(shape, params)
-        cp_, mp, hpd, wpd = (np.int32(v) for v in self.padded(shape, params))
-        B, C, H, W, M = (np.int32(v) for v in (shape.B, shape.C, shape.H, shape.W, shape.M))
-        gw, gx = self.pack_grids(shape, params)
-        pb = (self.PACK_THREADS, 1, 1)
-        self.kernel("tc_pack_weights", params, shape)(gw, pb, (wp, w, C, M, cp_, mp), stream=stream)
-        self.kernel("tc_pack_input", params, shape)(gx, pb, (xp, x, B, C, H, W, cp_, hpd, wpd), stream=stream)
-        kernel = self.kernel(self.kernel_names[0], params, shape)
-        if smem > limits.H100.static_smem_per_block:
-            kernel.max_dynamic_shared_size_bytes = smem
-        kernel(grid, block, (y, xp, wp, b, B, cp_, H, W, M, mp, hpd, wpd), shared_mem=smem, stream=stream)
 
 
 class TF32(TensorCoreStep):
