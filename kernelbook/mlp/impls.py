@@ -10,6 +10,12 @@ in a CUDA graph). Steps 00 and 01 keep two 64 x N scratch matrices, allocated on
 launch for an N and reused, so a warm-up launch puts the allocation outside timings.
 
 What a timed launch contains: the step's kernel launches only (no packing, no allocation).
+
+Steps 00-12 declare their launches as data (``DeclaredMlp``: ``launches(shape, params) ->
+[Launch]`` and ``launch_args``, see ``kernelbook.steps``); the core's ``launch`` and limit checks
+read that one list, and ``tests/test_declared_launches.py`` holds it to the launches the earlier
+``plan()/args()`` path made (a recorded table). Steps 13-17 still describe their launches with
+``plan()/args()`` (``MlpImpl``).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import numpy as np
 
 from .. import kernels, limits
 from ..errors import ParameterError
-from ..steps import StepImpl
+from ..steps import Launch, StepImpl
 from . import pack
 from .reference import HALF_THRESHOLD
 
@@ -148,7 +154,37 @@ class _Scratch:
         return cached[1], cached[2]
 
 
-class Baseline(_Scratch, MlpImpl):
+class DeclaredMlp(MlpImpl):
+    """Steps 00-12: launches declared as data; the core launches them (``StepImpl.launch``) after
+    the weights are prepared once per call."""
+
+    def launches(self, shape, params) -> list[Launch]:
+        raise NotImplementedError
+
+    def launch_args(self, launch, y, operands, shape, params):
+        x, w = operands
+        W1, b1, W2, b2, W3, b3 = w.raw
+        return (x, W1, b1, W2, b2, W3, b3, y, np.int32(shape.N))
+
+    def validate(self, shape, params) -> None:
+        self.check_params(params)
+        self.check_launches(shape, params)
+
+    def prepare(self, params, problem) -> None:
+        StepImpl.prepare(self, params, problem)
+
+    def launch(self, y, x, weights, shape, params, stream=None):
+        StepImpl.launch(self, y, x, self.prepare_weights(weights), shape, params, stream=stream)
+        return y
+
+    def one_launch(self, shape, grid, block, static_smem=None) -> list[Launch]:
+        """The single launch of steps 01-12, with the class's shared memory and launch bounds."""
+        return [Launch(self.kernel_names[0], grid, block, dynamic_smem=self.dynamic_smem,
+                       static_smem=self.static_smem if static_smem is None else static_smem,
+                       min_blocks=self.min_blocks)]
+
+
+class Baseline(_Scratch, DeclaredMlp):
     kernel_names = ("matMulKernel", "reluKernel")
     defaults = {"tile": 16}
 
@@ -158,31 +194,30 @@ class Baseline(_Scratch, MlpImpl):
     def check_params(self, params):
         _int_param(params, "tile", (4, 8, 16, 32), "pass tile=16 (a tile x tile block, at most 32 x 32).")
 
-    def plan(self, shape, params):
+    def launches(self, shape, params):
         t, n = params["tile"], shape.N
-        mm = lambda rows: ("matMulKernel", (-(-n // t), -(-rows // t), 1), (t, t, 1))  # noqa: E731
-        relu = ("reluKernel", (-(-64 * n // 256), 1, 1), (256, 1, 1))
-        return [mm(64), relu, mm(64), relu, mm(4)]
 
-    def launch(self, y, x, weights, shape, params, stream=None):
-        w = self.prepare_weights(weights)
+        def mm(rows, key):
+            return Launch("matMulKernel", (-(-n // t), -(-rows // t), 1), (t, t, 1), key=key)
+
+        def relu(key):
+            return Launch("reluKernel", (-(-64 * n // 256), 1, 1), (256, 1, 1), key=key)
+
+        return [mm(64, "layer1"), relu("relu1"), mm(64, "layer2"), relu("relu2"), mm(4, "layer3")]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        x, w = operands
         W1, b1, W2, b2, W3, b3 = w.raw
         h1, h2 = self.scratch(shape.N)
-        n = np.int32(shape.N)
-        plan = self.plan(shape, params)
-        calls = [(W1, x, b1, h1, 64, 71), h1, (W2, h1, b2, h2, 64, 64), h2, (W3, h2, b3, y, 4, 64)]
-        with (stream if stream is not None else contextlib.nullcontext()):
-            for (name, grid, block), call in zip(plan, calls):
-                if name == "reluKernel":
-                    args = (call, np.int64(call.size))
-                else:
-                    A, B, bias, C, rows, k = call
-                    args = (A, B, bias, C, np.int32(rows), np.int32(k), n)
-                self.kernel(name, params, shape)(grid, block, args)
-        return y
+        if launch.key.startswith("relu"):
+            h = h1 if launch.key == "relu1" else h2
+            return (h, np.int64(h.size))
+        A, B, bias, C, rows, k = {"layer1": (W1, x, b1, h1, 64, 71), "layer2": (W2, h1, b2, h2, 64, 64),
+                                  "layer3": (W3, h2, b3, y, 4, 64)}[launch.key]
+        return (A, B, bias, C, np.int32(rows), np.int32(k), np.int32(shape.N))
 
 
-class _Columns(MlpImpl):
+class _Columns(DeclaredMlp):
     """Steps 01-05: 64 threads per column, COLUMNS columns per block."""
 
     max_columns = 16
@@ -198,27 +233,22 @@ class _Columns(MlpImpl):
     def smem_for(self, columns: int) -> int:
         return 0
 
-    def validate(self, shape, params):
-        self.check_params(params)
-        smem = self.smem_for(params["columns"])
-        for name, grid, block in self.plan(shape, params):
-            limits.check_launch(grid, block, 0, smem, what=f"{self.slug}: {name} with columns={params['columns']}")
-
-    def plan(self, shape, params):
+    def launches(self, shape, params):
         c = params["columns"]
         groups = -(-shape.N // c)
         grid = groups if "blocks_per_sm" not in params else self.persistent_grid(groups, params["blocks_per_sm"])
-        return [(self.kernel_names[0], (grid, 1, 1), (64 * c, 1, 1))]
+        return self.one_launch(shape, (grid, 1, 1), (64 * c, 1, 1), static_smem=self.smem_for(c))
 
 
 class FusedGlobal(_Scratch, _Columns):
     kernel_names = ("fusedGlobalMemoryKernel",)
     defaults = {"columns": 4}
 
-    def args(self, name, y, x, w, n):
-        h1, h2 = self.scratch(n)
+    def launch_args(self, launch, y, operands, shape, params):
+        x, w = operands
+        h1, h2 = self.scratch(shape.N)
         W1, b1, W2, b2, W3, b3 = w.raw
-        return (x, W1, b1, W2, b2, W3, b3, h1, h2, y, np.int32(n))
+        return (x, W1, b1, W2, b2, W3, b3, h1, h2, y, np.int32(shape.N))
 
 
 class FusedShared(_Columns):
@@ -255,15 +285,15 @@ class LastLayerCoop(_Columns):
         return 4 * (64 * 71 + 64 + c * (71 + 128))
 
 
-class _Fixed256(MlpImpl):
-    """Steps 06-12: 256 threads per block, grid-stride over tiles of ``tile_columns`` columns."""
+class _Fixed256(DeclaredMlp):
+    """Steps 06-11: 256 threads per block, grid-stride over tiles of ``tile_columns`` columns."""
 
     tile_columns = 32
     defaults = {"blocks_per_sm": 4}
 
-    def plan(self, shape, params):
+    def launches(self, shape, params):
         tiles = -(-shape.N // self.tile_columns)
-        return [(self.kernel_names[0], (self.persistent_grid(tiles, params["blocks_per_sm"]), 1, 1), (256, 1, 1))]
+        return self.one_launch(shape, (self.persistent_grid(tiles, params["blocks_per_sm"]), 1, 1), (256, 1, 1))
 
 
 class WholeNetRegisters(_Fixed256):
@@ -290,10 +320,8 @@ class CoalescedWeights(ReducedBankConflicts):
     kernel_names = ("coalescedWeightsReadsKernel",)
     packing = staticmethod(pack.half_rows)
 
-    def args(self, name, y, x, w, n):
-        _, b1, _, b2, _, b3 = w.raw
-        e = w.extra
-        return (x, e["w1p"], b1, e["w2p"], b2, e["w3p"], b3, y, np.int32(n))
+    def launch_args(self, launch, y, operands, shape, params):
+        return packed_args(launch.kernel, y, *operands, shape.N)
 
 
 class InputsLoadHiding(CoalescedWeights):
@@ -315,13 +343,20 @@ class BetterOccupancy(ReducedBankConflicts):
         _int_param(params, "min_blocks", range(1, 9), "pass min_blocks between 1 and 8 (4 caps registers at 64).")
         limits.check_launch_bounds(256, params["min_blocks"], what=f"{self.slug}: betterOccupancyKernel")
 
-    def args(self, name, y, x, w, n):
-        _, b1, _, b2, _, b3 = w.raw
-        e = w.extra
-        return (x, e["w1q"], b1, e["w2q"], b2, e["w3q"], b3, y, np.int32(n))
+    def launch_args(self, launch, y, operands, shape, params):
+        return packed_args(launch.kernel, y, *operands, shape.N)
 
 
-class Best(MlpImpl):
+def packed_args(kernel: str, y, x, w: PreparedWeights, n: int) -> tuple:
+    """Arguments of the kernels that read packed weights: quarter rows for betterOccupancyKernel,
+    half rows for the others."""
+    _, b1, _, b2, _, b3 = w.raw
+    e = w.extra
+    q = "q" if kernel == "betterOccupancyKernel" else "p"
+    return (x, e[f"w1{q}"], b1, e[f"w2{q}"], b2, e[f"w3{q}"], b3, y, np.int32(n))
+
+
+class Best(DeclaredMlp):
     math = "fp16x2"
     """Step 12: the fastest half-precision kernel per N (a choice, not a new kernel)."""
 
@@ -349,21 +384,21 @@ class Best(MlpImpl):
         _int_param(params, "min_blocks", range(1, 9), "pass min_blocks between 1 and 8.")
         limits.finite_number("switch_columns", params["switch_columns"], 1, 2**31 - 1, example="65536")
 
-    def plan(self, shape, params):
+    def launches(self, shape, params):
         name = self.choices[params["small" if shape.N <= params["switch_columns"] else "large"]]
         tiles = -(-shape.N // 32)
-        return [(name, (self.persistent_grid(tiles, params["blocks_per_sm"]), 1, 1), (256, 1, 1))]
+        return [Launch(name, (self.persistent_grid(tiles, params["blocks_per_sm"]), 1, 1), (256, 1, 1),
+                       static_smem=self.static_smem, min_blocks=self.min_blocks)]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        return packed_args(launch.kernel, y, *operands, shape.N)
 
     def prepare(self, params, problem):
         for name in self.kernel_names:  # one module holds all three
             self.kernel(name, params, problem)
 
-    def args(self, name, y, x, w, n):
-        _, b1, _, b2, _, b3 = w.raw
-        e = w.extra
-        if name == "betterOccupancyKernel":
-            return (x, e["w1q"], b1, e["w2q"], b2, e["w3q"], b3, y, np.int32(n))
-        return (x, e["w1p"], b1, e["w2p"], b2, e["w3p"], b3, y, np.int32(n))
+    def kernels_for(self, params, problem):
+        return None   # one module holds all three candidates: its compiler report shows them all
 
 
 class RegisterTiled(MlpImpl):
