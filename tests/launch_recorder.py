@@ -76,6 +76,9 @@ def _patch(impl, log, monkeypatch, compiled):
             monkeypatch.setattr(target, "workspace", lambda *a, t=target, **k: workspace(*a, impl=t, **k))
         if hasattr(target, "scratch"):
             monkeypatch.setattr(target, "scratch", lambda n: (Named("h1", 64 * n), Named("h2", 64 * n)))
+        if hasattr(target, "upload_mask"):   # LeNet's constant-memory steps: the copy is a logged event
+            monkeypatch.setattr(target, "upload_mask", lambda k, params, shape, stream=None, t=target: log.append(
+                {"upload": encode(k), "defines": {a: b for a, b in sorted(t.defines(params, shape).items())}}))
 
 
 # ----------------------------------------------------------------------------- the cases
@@ -134,7 +137,40 @@ def vgg_cases():
                 yield "vgg", STEPS.impl(slug), dict(zip("BCHWMK", s)), over
 
 
+def lenet_cases():
+    from kernelbook.lenet import STEPS
+
+    shapes = [(10000, 4, 1, 86, 86, 7), (10000, 16, 4, 40, 40, 7), (100, 4, 1, 86, 86, 7), (1, 16, 4, 40, 40, 7),
+              (3, 5, 2, 20, 17, 3), (2, 1, 1, 9, 9, 1), (7, 33, 3, 12, 30, 5), (70000, 4, 1, 10, 10, 3),
+              (2, 70000, 1, 5, 5, 1), (1, 300, 20, 30, 30, 3)]
+    variations = {
+        "baseline": [{}, {"tile_width": 8}, {"tile_width": 32}, {"tile_width": 33}, {"tile_width": "16"}],
+        "constant-memory": [{}, {"tile_width": 4}, {"tile_width": 40}],
+        "sweep": [{}, {"tile_w": 32, "tile_h": 4, "out_per_thread": 2, "imgs_per_block": 2},
+                  {"tile_w": 17, "tile_h": 17, "out_per_thread": 4, "imgs_per_block": 1},
+                  {"tile_w": 32, "tile_h": 32, "imgs_per_block": 2}, {"out_per_thread": 17}],
+        "tiled": [{}, {"tile_width": 8, "imgs_per_block": 1}, {"tile_width": 32, "imgs_per_block": 1},
+                  {"tile_width": 16, "imgs_per_block": 16}],
+        "restrict-unroll": [{}, {"tile_width": 8, "imgs_per_block": 2}],
+        "fused-unroll-matmul": [{}, {"tile": 8}, {"tile": 32}, {"tile": 0}],
+        "fp16": [{}, {"tile": 8, "half_tiles": 0}, {"tile": 7}],
+        "tensor-cores": [{}, {"precision": "fp16", "shape": "8x32", "warps": 2, "frags_n": 1, "bk": 32},
+                         {"precision": "fp16", "warps": 8, "frags_n": 4}, {"precision": "tf32", "shape": "8x32"}],
+        "index-reuse": [{}, {"shape": "8x32", "warps": 2, "frags_n": 4, "bk": 32}, {"frags_n": 3}],
+        "per-layer-kernels": [{}, {"warps": 2, "frags_n": 1, "bk": 32}],
+        "register-tiling": [{}, {"bm": 4, "tm": 2, "bn": 256, "tn": 4}, {"bm": 32, "tm": 4, "bn": 64, "tn": 8, "bk": 16},
+                            {"tm": 3}],
+    }
+    for slug, overrides in variations.items():
+        for over in overrides:
+            for s in shapes:
+                yield "lenet", STEPS.impl(slug), dict(zip("BMCHWK", s)), over
+
+
 def _problem(study, shape):
+    if study == "lenet":
+        from kernelbook.lenet.problem import ConvShape
+        return ConvShape(**shape)
     if study == "mlp":
         from kernelbook.mlp.problem import MlpShape
         return MlpShape(shape["N"])
@@ -149,6 +185,8 @@ def _operands(study):
         raw = tuple(Named(n) for n in ("W1", "b1", "W2", "b2", "W3", "b3"))
         extra = {n: Named(n) for n in ("w1p", "w2p", "w3p", "w1q", "w2q", "w3q", "packed")}
         return Named("y"), (Named("x"), PreparedWeights(raw, extra))
+    if study == "lenet":
+        return Named("y"), (Named("x"), Named("k"))
     return Named("y"), (Named("x"), Named("w"), Named("b"))
 
 
@@ -177,6 +215,7 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
 def all_cases():
     yield from mlp_cases()
     yield from vgg_cases()
+    yield from lenet_cases()
 
 
 def build_table() -> list[dict]:
