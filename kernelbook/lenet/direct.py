@@ -9,6 +9,7 @@ import math
 
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from .. import limits
+from ..steps import Launch, StepImpl
 from .variants import GRID_YZ_MAX, ConvShape, ConvVariant, ceil_div, int32
 
 CONST_CAPACITY = 16384         # floats: the 64 KiB constant bank available to user data
@@ -31,8 +32,8 @@ def _positive_int(params: dict, *names: str) -> None:
 class ConstantMask(ConvVariant):
     """Shared behaviour of the steps that keep the mask in ``__constant__ float k_const[]``."""
 
-    def validate(self, shape: ConvShape, params: dict) -> None:
-        super().validate(shape, params)
+    def check_params(self, shape: ConvShape, params: dict) -> None:
+        super().check_params(shape, params)
         size = shape.M * shape.C * shape.K * shape.K
         if size > CONST_CAPACITY:
             raise ShapeError(
@@ -52,6 +53,15 @@ class ConstantMask(ConvVariant):
         module = kernels.get_module(self.source, self.defines(params, shape))
         kernels.upload_constant(module, "k_const", k, k.nbytes, stream)
 
+    def launch_args(self, launch, y, operands, shape: ConvShape, params: dict) -> tuple:
+        x, _ = operands   # the mask is in constant memory
+        return (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K))
+
+    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
+        """Copy the mask to constant memory, then the declared launches."""
+        self.upload_mask(k, params, shape, stream)
+        StepImpl.launch(self, y, x, k, shape, params, stream=stream)
+
 
 class ConstantMemory(ConstantMask):
     """Step 01: the baseline's mapping, weights read through the constant cache.
@@ -66,21 +76,18 @@ class ConstantMemory(ConstantMask):
     def defines(self, params, shape):
         return {"TILE_WIDTH": params["tile_width"], "CONST_CAPACITY": CONST_CAPACITY}
 
-    def validate(self, shape, params):
-        super().validate(shape, params)
+    def check_params(self, shape, params):
+        super().check_params(shape, params)
         _positive_int(params, "tile_width")
         _check_block(params["tile_width"] ** 2, f"tile_width={params['tile_width']}")
         if shape.B > GRID_YZ_MAX:
             raise LaunchLimitError(f"B={shape.B} goes to grid z, which stops at {GRID_YZ_MAX}.",
                              f"split the batch into chunks of at most {GRID_YZ_MAX} images.")
 
-    def launch(self, y, x, k, shape, params, stream=None):
+    def launches(self, shape, params):
         tile = params["tile_width"]
-        self.upload_mask(k, params, shape, stream)
         tiles = ceil_div(shape.H_out, tile) * ceil_div(shape.W_out, tile)
-        self.kernel(self.kernel_names[0], params, shape)(
-            (tiles, shape.M, shape.B), (tile, tile, 1),
-            (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+        return [Launch(self.kernel_names[0], (tiles, shape.M, shape.B), (tile, tile, 1))]
 
 
 class Sweep(ConstantMask):
@@ -98,8 +105,8 @@ class Sweep(ConstantMask):
                 "OUT_PER_THREAD": params["out_per_thread"], "IMGS_PER_BLOCK": params["imgs_per_block"],
                 "CONST_CAPACITY": CONST_CAPACITY}
 
-    def validate(self, shape, params):
-        super().validate(shape, params)
+    def check_params(self, shape, params):
+        super().check_params(shape, params)
         _positive_int(params, *self.defaults)
         threads = params["tile_w"] * params["tile_h"] * params["imgs_per_block"]
         _check_block(threads, f"{params['tile_w']}x{params['tile_h']}x{params['imgs_per_block']}")
@@ -112,14 +119,11 @@ class Sweep(ConstantMask):
             raise LaunchLimitError(f"B={shape.B} needs more than {GRID_YZ_MAX} blocks in grid z.",
                              "raise imgs_per_block or split the batch.")
 
-    def launch(self, y, x, k, shape, params, stream=None):
+    def launches(self, shape, params):
         tw, th = params["tile_w"], params["tile_h"]
         per, imgs = params["out_per_thread"], params["imgs_per_block"]
-        self.upload_mask(k, params, shape, stream)
         tiles = ceil_div(shape.H_out, th) * ceil_div(shape.W_out, tw * per)
-        self.kernel(self.kernel_names[0], params, shape)(
-            (tiles, shape.M, ceil_div(shape.B, imgs)), (tw, th, imgs),
-            (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+        return [Launch(self.kernel_names[0], (tiles, shape.M, ceil_div(shape.B, imgs)), (tw, th, imgs))]
 
     @staticmethod
     def grid(block_shapes=((4, 4), (8, 8), (16, 16), (17, 17), (20, 20), (32, 32), (32, 4), (32, 8)),
@@ -141,8 +145,8 @@ class TiledBase(ConstantMask):
         side = params["tile_width"] + shape.K - 1
         return params["imgs_per_block"] * side * side * 4
 
-    def validate(self, shape, params):
-        super().validate(shape, params)
+    def check_params(self, shape, params):
+        super().check_params(shape, params)
         _positive_int(params, "tile_width", "imgs_per_block")
         _check_block(params["tile_width"] ** 2 * params["imgs_per_block"],
                      f"tile_width={params['tile_width']}, imgs_per_block={params['imgs_per_block']}")
@@ -177,12 +181,9 @@ class Tiled(TiledBase):
         return {"TILE_WIDTH": params["tile_width"], "IMGS_PER_BLOCK": params["imgs_per_block"],
                 "CONST_CAPACITY": CONST_CAPACITY}
 
-    def launch(self, y, x, k, shape, params, stream=None):
-        self.upload_mask(k, params, shape, stream)
+    def launches(self, shape, params):
         grid, block = self.grid_block(shape, params)
-        self.kernel(self.kernel_names[0], params, shape)(
-            grid, block, (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)),
-            stream=stream, shared_mem=self.patch_bytes(shape, params))
+        return [Launch(self.kernel_names[0], grid, block, dynamic_smem=self.patch_bytes(shape, params))]
 
 
 class RestrictUnroll(TiledBase):
@@ -198,15 +199,17 @@ class RestrictUnroll(TiledBase):
         return {"TILE_WIDTH": params["tile_width"], "IMGS_PER_BLOCK": params["imgs_per_block"],
                 "KSIZE": shape.K, "CONST_CAPACITY": CONST_CAPACITY}
 
-    def launch(self, y, x, k, shape, params, stream=None):
-        self.upload_mask(k, params, shape, stream)
-        self.launch_kernel(y, x, shape, params, stream)
+    def launches(self, shape, params):
+        grid, block = self.grid_block(shape, params)
+        return [Launch(self.kernel_names[0], grid, block)]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        x, _ = operands   # the mask is in constant memory, K a compile-time constant
+        return (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W))
 
     def launch_kernel(self, y, x, shape, params, stream=None):
         """The kernel alone (the mask already in constant memory)."""
-        grid, block = self.grid_block(shape, params)
-        self.kernel(self.kernel_names[0], params, shape)(
-            grid, block, (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W)), stream=stream)
+        StepImpl.launch(self, y, x, None, shape, params, stream=stream)
 
 
 class Streams(RestrictUnroll):
@@ -227,8 +230,8 @@ class Streams(RestrictUnroll):
 
         return LayerPipeline(self, k, x_host, shape, params)
 
-    def validate(self, shape, params):
-        super().validate(shape, params)
+    def check_params(self, shape, params):
+        super().check_params(shape, params)
         _positive_int(params, "n_streams", "chunks_per_stream")
         if params["n_streams"] > 64:
             raise ParameterError(f"n_streams={params['n_streams']} is more than this step uses.", "pass 1 to 64 streams.")

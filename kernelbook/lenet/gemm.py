@@ -17,6 +17,7 @@ import math
 
 from ..limits import H100
 from ..errors import LaunchLimitError, ParameterError, ShapeError
+from ..steps import Launch
 from .variants import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
 
 STATIC_SMEM_MAX = H100.static_smem_per_block  # bytes of static __shared__ per block without an opt-in
@@ -208,20 +209,19 @@ class FusedUnrollMatmul(ConvVariant):
     def defines(self, params: dict, shape: ConvShape) -> dict:
         return {"TILE": params["tile"]}
 
-    def validate(self, shape: ConvShape, params: dict) -> None:
-        super().validate(shape, params)
+    def check_params(self, shape: ConvShape, params: dict) -> None:
+        super().check_params(shape, params)
         tile = _int_param(params, "tile", 1, 32, "pass tile between 1 and 32 (a block of tile^2 <= 1024 threads).")
         _check_gemm_indices(shape, tile, tile)
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        _launch_square_tiles(self.kernel(self.kernel_names[0], params, shape), y, x, k, shape, params["tile"], stream)
+    def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
+        return square_tiles(self.kernel_names[0], shape, params["tile"])
 
 
-def _launch_square_tiles(kernel, y, x, k, shape: ConvShape, tile: int, stream=None) -> None:
+def square_tiles(kernel: str, shape: ConvShape, tile: int) -> list[Launch]:
     """The implicit GEMMs of steps 07 and 09: a tile x tile block per (output pixels, maps) tile."""
     n = shape.B * shape.H_out * shape.W_out
-    kernel((ceil_div(n, tile), ceil_div(shape.M, tile)), (tile, tile),
-           (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+    return [Launch(kernel, (ceil_div(n, tile), ceil_div(shape.M, tile)), (tile, tile))]
 
 
 # ----------------------------------------------------------------------------- 08
@@ -308,8 +308,8 @@ class Fp16(ConvVariant):
     def defines(self, params: dict, shape: ConvShape) -> dict:
         return {"TILE": params["tile"], "HALF_TILES": params["half_tiles"]}
 
-    def validate(self, shape: ConvShape, params: dict) -> None:
-        super().validate(shape, params)
+    def check_params(self, shape: ConvShape, params: dict) -> None:
+        super().check_params(shape, params)
         tile = _int_param(params, "tile", 2, 32, "pass an even tile between 2 and 32.")
         if tile % 2:
             raise ParameterError(f"tile={tile} is odd; reduction indices are packed in __half2 pairs.",
@@ -318,5 +318,5 @@ class Fp16(ConvVariant):
                    "pass half_tiles >= 0 (0 = keep the whole sum in half2).")
         _check_gemm_indices(shape, tile, tile)
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        _launch_square_tiles(self.kernel(self.kernel_names[0], params, shape), y, x, k, shape, params["tile"], stream)
+    def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
+        return square_tiles(self.kernel_names[0], shape, params["tile"])

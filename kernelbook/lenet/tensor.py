@@ -6,7 +6,8 @@ from __future__ import annotations
 from .. import limits
 from ..errors import LaunchLimitError, ParameterError
 from .gemm import MAX_THREADS, _check_gemm_indices, _check_smem, _choice_param, _int_param
-from .variants import ConvShape, ConvVariant, ceil_div, int32
+from ..steps import Launch
+from .variants import ConvShape, ConvVariant, ceil_div
 
 
 # ----------------------------------------------------------------------------- 10 .. 12
@@ -20,12 +21,10 @@ def _wmma_tiles(params: dict) -> tuple[int, int, int]:
     return fm, params["warps"] * params["frags_n"] * fn, 32 * params["warps"]
 
 
-def _launch_wmma(kernel, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-    """One block per (bn output pixels) x (bm maps) tile of the implicit GEMM."""
-    bm, bn, threads = _wmma_tiles(params)
+def gemm_tiles(kernel: str, shape: ConvShape, bm: int, bn: int, threads: int) -> list[Launch]:
+    """One block per (bn output pixels) x (bm maps) tile of the implicit GEMM (steps 10-13)."""
     n = shape.B * shape.H_out * shape.W_out
-    kernel((ceil_div(n, bn), ceil_div(shape.M, bm)), (threads,),
-           (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+    return [Launch(kernel, (ceil_div(n, bn), ceil_div(shape.M, bm)), (threads,))]
 
 
 def _validate_wmma_common(shape: ConvShape, params: dict, frag_k: int, elem_bytes: int,
@@ -85,8 +84,8 @@ class TensorCores(ConvVariant):
         return {"USE_TF32": int(params["precision"] == "tf32"), "FRAG_M": fm, "FRAG_N": fn,
                 "WARPS": params["warps"], "FRAGS_N": params["frags_n"], "BK": params["bk"]}
 
-    def validate(self, shape: ConvShape, params: dict) -> None:
-        super().validate(shape, params)
+    def check_params(self, shape: ConvShape, params: dict) -> None:
+        super().check_params(shape, params)
         precision = _choice_param(params, "precision", ("tf32", "fp16"))
         frag = _choice_param(params, "shape", tuple(FRAGMENTS))
         if precision == "tf32" and frag != "16x16":
@@ -95,8 +94,8 @@ class TensorCores(ConvVariant):
         tf32 = precision == "tf32"
         _validate_wmma_common(shape, params, 8 if tf32 else 16, 4 if tf32 else 2, table=False)
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        _launch_wmma(self.kernel(self.kernel_names[0], params, shape), y, x, k, shape, params, stream)
+    def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
+        return gemm_tiles(self.kernel_names[0], shape, *_wmma_tiles(params))
 
 
 class IndexReuse(ConvVariant):
@@ -122,12 +121,12 @@ class IndexReuse(ConvVariant):
         return {"FRAG_M": fm, "FRAG_N": fn, "WARPS": params["warps"], "FRAGS_N": params["frags_n"],
                 "BK": params["bk"]}
 
-    def validate(self, shape: ConvShape, params: dict) -> None:
-        super().validate(shape, params)
+    def check_params(self, shape: ConvShape, params: dict) -> None:
+        super().check_params(shape, params)
         _validate_wmma_common(shape, params, 16, 2, table=True)
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        _launch_wmma(self.kernel(self.kernel_names[0], params, shape), y, x, k, shape, params, stream)
+    def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
+        return gemm_tiles(self.kernel_names[0], shape, *_wmma_tiles(params))
 
 
 class PerLayer(ConvVariant):
@@ -157,21 +156,24 @@ class PerLayer(ConvVariant):
     def defines(self, params: dict, shape: ConvShape) -> dict:
         return {"WARPS": params["warps"], "FRAGS_N": params["frags_n"], "BK": params["bk"]}
 
-    def validate(self, shape: ConvShape, params: dict) -> None:
-        super().validate(shape, params)
+    def check_params(self, shape: ConvShape, params: dict) -> None:
+        super().check_params(shape, params)
         _choice_param(params, "policy", ("auto",))
         # Both kernels are compiled from one set of defines: both must be valid.
         for frag in FRAGMENTS:
             _validate_wmma_common(shape, {**params, "shape": frag}, 16, 2, table=True)
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
+    def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
         frag = self.choose(shape, params)
-        bm, bn, threads = _wmma_tiles({**params, "shape": frag})
         name = "conv_wmma_m8n32k16" if frag == "8x32" else "conv_wmma_m16n16k16"
-        n = shape.B * shape.H_out * shape.W_out
-        kernel = self.kernel(name, params, shape)
-        kernel((ceil_div(n, bn), ceil_div(shape.M, bm)), (threads,),
-               (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+        return gemm_tiles(name, shape, *_wmma_tiles({**params, "shape": frag}))
+
+    def kernels_for(self, params: dict, problem: ConvShape):
+        return None   # one module holds both fragment shapes: its compiler report shows both, as before
+
+    def prepare(self, params: dict, problem: ConvShape) -> None:
+        for name in self.kernel_names:   # one module: both, so a call with the other layer compiles nothing
+            self.kernel(name, params, problem)
 
 
 # ----------------------------------------------------------------------------- 13
@@ -226,14 +228,11 @@ class RegisterTiling(ConvVariant):
     def defines(self, params: dict, shape: ConvShape) -> dict:
         return {"BM": params["bm"], "BN": params["bn"], "BK": params["bk"], "TM": params["tm"], "TN": params["tn"]}
 
-    def validate(self, shape: ConvShape, params: dict) -> None:
-        super().validate(shape, params)
+    def check_params(self, shape: ConvShape, params: dict) -> None:
+        super().check_params(shape, params)
         bm, bn, *_ = _validate_register_tiles(params)
         _check_gemm_indices(shape, bn, bm)
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
+    def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
         bm, bn, threads = params["bm"], params["bn"], (params["bm"] // params["tm"]) * (params["bn"] // params["tn"])
-        n = shape.B * shape.H_out * shape.W_out
-        kernel = self.kernel(self.kernel_names[0], params, shape)
-        kernel((ceil_div(n, bn), ceil_div(shape.M, bm)), (threads,),
-               (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+        return gemm_tiles(self.kernel_names[0], shape, bm, bn, threads)

@@ -1,8 +1,13 @@
 """The base of every LeNet convolution step, and the baseline.
 
 A step knows which source and compile-time parameters it builds with (``defines``), which shapes
-it can take (``validate``: refused with a clear error *before* any launch), and how to launch
-(``launch``). Its slug, title and ``.cu`` file come from the study's step list (``steps.py``).
+it can take (``check_params``, then the declared launches' limits: ``validate`` refuses with a
+clear error *before* any launch), and how to launch: its ``launches`` and ``launch_args`` as data
+(steps 00-04, 07 and 09-13; the core's ``StepImpl.launch`` runs them, after a constant-memory
+step has copied its mask), or a ``launch`` of its own (the chunked, multi-stream, cuBLAS and
+Hopper steps). Its slug, title and ``.cu`` file come from the study's step list (``steps.py``).
+``tests/test_declared_launches.py`` holds the declared launches to those the hand-written ones
+made before (a recorded table).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..errors import LaunchLimitError, ParameterError, ShapeError
-from ..steps import StepImpl
+from ..steps import Launch, StepImpl
 from .problem import GRID_YZ_MAX, INT32_MAX, ConvShape, ceil_div, int32  # noqa: F401  (re-exported)
 
 
@@ -27,16 +32,26 @@ class ConvVariant(StepImpl):
         return {}
 
     def validate(self, shape: ConvShape, params: dict) -> None:
-        """Raise ``ShapeError`` for anything the kernel cannot do; called before any launch."""
+        """Raise ``ShapeError``/``ParameterError`` for anything the kernel cannot do; called before
+        any launch: the 32-bit index limit, the step's own checks, then its declared launches."""
         for name, count in (("x", shape.B * shape.C * shape.H * shape.W),
                             ("y", shape.B * shape.M * shape.H_out * shape.W_out)):
             if count > INT32_MAX:
                 raise ShapeError(f"{name} would hold {count} elements; the kernels index with 32-bit ints.",
                                  "split the batch into chunks of fewer images.")
+        self.check_params(shape, params)
         self.check_launches(shape, params)  # a step that declares its launches (steps.Launch)
 
+    def check_params(self, shape: ConvShape, params: dict) -> None:
+        """The step's parameters against the shape (before its launches are computed)."""
+
+    def launch_args(self, launch, y, operands, shape: ConvShape, params: dict) -> tuple:
+        """The arguments of most LeNet kernels: y, x, k and the shape as 32-bit ints."""
+        x, k = operands
+        return (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K))
+
     # launch(y, x, k, shape, params, stream=None): a step declares ``launches`` and ``launch_args``
-    # (the core's ``StepImpl.launch`` runs them), or writes ``launch`` by hand (steps 00-15).
+    # (the core's ``StepImpl.launch`` runs them), or writes ``launch`` by hand (steps 05, 06, 08, 14-16).
 
     graph_capturable: ClassVar[bool] = True  # False when launch() uses streams of its own
 
@@ -68,8 +83,8 @@ class Baseline(ConvVariant):
     def defines(self, params: dict, shape: ConvShape) -> dict:
         return {"TILE_WIDTH": params["tile_width"]}
 
-    def validate(self, shape: ConvShape, params: dict) -> None:
-        super().validate(shape, params)
+    def check_params(self, shape: ConvShape, params: dict) -> None:
+        super().check_params(shape, params)
         tile = params["tile_width"]
         if not isinstance(tile, int) or not 1 <= tile <= 32:
             raise ParameterError(f"tile_width={tile!r}: a block of tile_width^2 threads must hold 1..1024 threads.",
@@ -78,12 +93,10 @@ class Baseline(ConvVariant):
             raise LaunchLimitError(f"M={shape.M} and B={shape.B} go to grid y and z, which stop at {GRID_YZ_MAX}.",
                              f"split the batch (or the maps) into chunks of at most {GRID_YZ_MAX}.")
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
+    def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
         tile = params["tile_width"]
-        kernel = self.kernel(self.kernel_names[0], params, shape)
         tiles = ceil_div(shape.H_out, tile) * ceil_div(shape.W_out, tile)
-        kernel((tiles, shape.M, shape.B), (tile, tile, 1),
-               (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
+        return [Launch(self.kernel_names[0], (tiles, shape.M, shape.B), (tile, tile, 1))]
 
 
 #: Threads per block of the one-thread-per-output fallback (``conv_generic``) that the Hopper steps
