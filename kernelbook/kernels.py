@@ -171,9 +171,11 @@ def upload_constant(module, symbol: str, src, nbytes: int, stream=None) -> None:
     ordered on ``stream`` before the launch that reads it.
 
     A module's constant memory is one bank shared by every launch of that module. Launches on
-    one stream are ordered, so they are safe; a launch on *another* stream with *other* weights
-    while the last user's stream is still busy would overwrite weights that a running kernel
-    reads. That case is refused with a clear error instead of computing garbage.
+    one stream are ordered, so they are safe. A launch on *another* stream must not overwrite
+    weights that a kernel still queued or running on the last user's stream reads: the copy is
+    then ordered after everything already enqueued there (an event on that stream, waited on by
+    this one), so both launches compute with their own weights. Nothing is copied to the host
+    and the host never waits.
     """
     import cupy as cp
 
@@ -181,11 +183,7 @@ def upload_constant(module, symbol: str, src, nbytes: int, stream=None) -> None:
     key = (id(module), symbol)
     last = _BANK_USERS.get(key)
     if last is not None and last[0] is not stream and last[0].ptr != stream.ptr and last[1] != src.data.ptr:
-        if not last[0].done:
-            raise ParameterError(
-                f"The kernel keeps its weights in module-level constant memory ({symbol}), and a launch with other "
-                "weights on another stream may still be reading them.",
-                "synchronise the other stream before launching on this one, or launch both on one stream; steps "
-                "that read the weights from global memory have no such limit.")
+        if not last[0].done:  # (an idle stream, or the same weights, need no ordering)
+            stream.wait_event(last[0].record())
     module.get_global(symbol).copy_from_device_async(src.data, nbytes, stream)
     _BANK_USERS[key] = (stream, src.data.ptr)

@@ -30,8 +30,9 @@ def test_poison_catches_an_unwritten_element(monkeypatch):
         y[-1, -1, -1, -1] = np.nan  # as if the last thread never wrote
 
     monkeypatch.setattr(impl, "launch", lazy_launch)
-    found = harness.check_step(STUDY, impl, impl.params(), 0, 0)  # the network's two layers
-    assert len(found) == 2 and all(not c.passed and c.unwritten == 1 for c in found)
+    found = harness.check_step(STUDY, impl, impl.params(), 0, 0)  # the network's two layers, at least
+    assert {"C1", "C3"} <= {c.label for c in found}
+    assert all(not c.passed and c.unwritten == 1 for c in found)
 
 
 def test_conv_forward_rejects_host_arrays_and_wrong_out():
@@ -72,37 +73,29 @@ def test_timing_returns_raw_samples():
     assert len(m.samples) == 7 and m.min <= m.median <= m.max and m.min > 0
 
 
-def test_constant_memory_steps_on_two_streams_are_correct_or_refused():
-    """Steps that keep the weights in module constant memory (k_const) on two streams at once:
-    with the same weights both results are right; with other weights while the first stream is
-    busy the launch is refused, never computed with the wrong weights."""
+def test_constant_memory_steps_on_two_streams_use_their_own_weights():
+    """Steps that keep the weights in module constant memory (k_const), launched on two streams
+    with other weights while the first is still busy: the second upload is ordered after the
+    first stream's launch, so each result is computed with its own weights."""
     import cupy as cp
 
-    from kernelbook.errors import ParameterError
     from kernelbook.lenet.reference import conv2d_reference
 
     rng = np.random.default_rng(1)
     shape = lenet.layer_shape("C3", 2000)
     x = cp.asarray(rng.uniform(-1, 1, shape.x_shape).astype(np.float32))
-    k1 = cp.asarray(rng.uniform(-1, 1, shape.k_shape).astype(np.float32))
-    k2 = cp.asarray(rng.uniform(-1, 1, shape.k_shape).astype(np.float32))
+    ks = [cp.asarray(rng.uniform(-1, 1, shape.k_shape).astype(np.float32)) for _ in range(3)]
     s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
-    y1 = cp.full(shape.y_shape, cp.nan, dtype=cp.float32)
-    y2 = cp.full(shape.y_shape, cp.nan, dtype=cp.float32)
-    conv_forward(x, k1, "constant-memory", out=y1, stream=s1)
-    refused = False
-    try:
-        conv_forward(x, k2, "constant-memory", out=y2, stream=s2)
-    except ParameterError:
-        refused = True
+    ys = [cp.full(shape.y_shape, cp.nan, dtype=cp.float32) for _ in range(3)]
+    conv_forward(x, ks[0], "constant-memory", out=ys[0], stream=s1)
+    conv_forward(x, ks[1], "constant-memory", out=ys[1], stream=s2)
+    conv_forward(x, ks[2], "constant-memory", out=ys[2], stream=s1)
     s1.synchronize()
     s2.synchronize()
     xs = x[:4].get().astype(np.float64)
-    ref1 = conv2d_reference(xs, k1.get().astype(np.float64))
-    assert np.allclose(y1[:4].get(), ref1, rtol=1e-4, atol=1e-4)
-    if not refused:
-        ref2 = conv2d_reference(xs, k2.get().astype(np.float64))
-        assert np.allclose(y2[:4].get(), ref2, rtol=1e-4, atol=1e-4)
+    for k, y in zip(ks, ys):
+        ref = conv2d_reference(xs, k.get().astype(np.float64))
+        assert np.allclose(y[:4].get(), ref, rtol=1e-4, atol=1e-4)
 
 
 # ---- the range test: FP32-accurate means <= 1e-5 relative L2 for inputs and weights from 1e-6 to 1e6
