@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..errors import ParameterError, ShapeError
 from ..steps import Launch
-from .impls import ThreeTF32, VggStep, _int32, _int_param, ceil_div, check_shape_type
+from .impls import ThreeTF32, VggStep, _int32, _int_param, cached_workspace, ceil_div, check_shape_type
 from .problem import ConvPoolShape
 
 WINOGRAD_K = (1, 3, 5, 7)               # the kernel sizes 09_winograd.cu has transform tables for
@@ -95,15 +95,7 @@ class Winograd(VggStep):
         self.check_launches(shape, params)
 
     def workspace(self, shape: ConvPoolShape):
-        import cupy as cp
-
-        sizes = self.workspace_floats(shape)
-        key = (cp.cuda.Device().id, sizes)
-        ws = self._workspaces.get(key)
-        if ws is None:
-            ws = tuple(cp.empty(n, dtype=cp.float32) for n in sizes)
-            self._workspaces[key] = ws
-        return ws
+        return cached_workspace(self._workspaces, self.workspace_floats(shape))
 
     def prepare(self, params, problem):
         super().prepare(params, problem)

@@ -49,6 +49,19 @@ def _int32(*values):
     return tuple(np.int32(v) for v in values)
 
 
+def cached_workspace(cache: dict, sizes: tuple) -> tuple:
+    """Float32 device arrays of ``sizes``, allocated once per size and device and kept in ``cache``
+    (so a CUDA graph that captured a launch stays valid)."""
+    import cupy as cp
+
+    key = (cp.cuda.Device().id, sizes)
+    ws = cache.get(key)
+    if ws is None:
+        ws = tuple(cp.empty(n, dtype=cp.float32) for n in sizes)
+        cache[key] = ws
+    return ws
+
+
 def check_shape_type(shape) -> None:
     if not isinstance(shape, ConvPoolShape):
         raise ParameterError(f"shape must be a ConvPoolShape, not {type(shape).__name__}.",
@@ -347,15 +360,7 @@ class TensorCoreStep(TiledStep):
         self.check_launches(shape, params, packs)
 
     def workspace(self, shape, params):
-        import cupy as cp
-
-        sizes = self.workspace_floats(shape, params)
-        key = (cp.cuda.Device().id, sizes)
-        ws = self._workspaces.get(key)
-        if ws is None:
-            ws = tuple(cp.empty(n, dtype=cp.float32) for n in sizes)
-            self._workspaces[key] = ws
-        return ws
+        return cached_workspace(self._workspaces, self.workspace_floats(shape, params))
 
     def prepare(self, params, problem):
         super().prepare(params, problem)
