@@ -28,6 +28,9 @@ class Named:
     def __repr__(self):
         return self.name
 
+    def __getitem__(self, key):   # a chunk of the batch: y[start:stop]
+        return Named(f"{self.name}[{key.start}:{key.stop}]")
+
 
 class FakeKernel:
     def __init__(self, log, name, defines):
@@ -43,6 +46,7 @@ class FakeKernel:
             "max_dynamic_smem": self.max_dynamic_shared_size_bytes,
             "args": [encode(a) for a in args],
             "extra": sorted(kwargs),
+            **({"stream": encode(stream)} if stream is not None else {}),
         })
 
 
@@ -76,6 +80,10 @@ def _patch(impl, log, monkeypatch, compiled):
             monkeypatch.setattr(target, "workspace", lambda *a, t=target, **k: workspace(*a, impl=t, **k))
         if hasattr(target, "scratch"):
             monkeypatch.setattr(target, "scratch", lambda n: (Named("h1", 64 * n), Named("h2", 64 * n)))
+        if hasattr(target, "chunks"):   # LeNet's streams step: its pool of streams, by name
+            from kernelbook.lenet import streams
+
+            monkeypatch.setattr(streams, "stream_pool", lambda n: [Named(f"stream{i}") for i in range(n)])
         if hasattr(target, "upload_mask"):   # LeNet's constant-memory steps: the copy is a logged event
             monkeypatch.setattr(target, "upload_mask", lambda k, params, shape, stream=None, t=target: log.append(
                 {"upload": encode(k), "defines": {a: b for a, b in sorted(t.defines(params, shape).items())}}))
@@ -152,6 +160,8 @@ def lenet_cases():
         "tiled": [{}, {"tile_width": 8, "imgs_per_block": 1}, {"tile_width": 32, "imgs_per_block": 1},
                   {"tile_width": 16, "imgs_per_block": 16}],
         "restrict-unroll": [{}, {"tile_width": 8, "imgs_per_block": 2}],
+        "streams": [{}, {"n_streams": 2, "chunks_per_stream": 3}, {"n_streams": 1, "chunks_per_stream": 1},
+                    {"n_streams": 65}],
         "fused-unroll-matmul": [{}, {"tile": 8}, {"tile": 32}, {"tile": 0}],
         "fp16": [{}, {"tile": 8, "half_tiles": 0}, {"tile": 7}],
         "tensor-cores": [{}, {"precision": "fp16", "shape": "8x32", "warps": 2, "frags_n": 1, "bk": 32},
