@@ -17,7 +17,7 @@ import math
 
 from ..limits import H100
 from ..errors import LaunchLimitError, ParameterError, ShapeError
-from ..steps import Launch
+from ..steps import Launch, StepImpl
 from .variants import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
 
 STATIC_SMEM_MAX = H100.static_smem_per_block  # bytes of static __shared__ per block without an opt-in
@@ -156,34 +156,48 @@ class UnrollMatmul(_Chunked):
         hw = shape.H_out * shape.W_out
         return {"xu": shape.C * shape.K * shape.K * hw * chunk, "yg": shape.M * hw * chunk}
 
-    def validate(self, shape: ConvShape, params: dict) -> None:
-        super().validate(shape, params)
+    def check_params(self, shape: ConvShape, params: dict) -> None:
+        super().check_params(shape, params)
         tile = _int_param(params, "tile", 1, 32, "pass tile between 1 and 32 (a block of tile^2 <= 1024 threads).")
         _check_gemm_indices(shape, tile, tile)
         self._validate_workspace(shape, params)
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        import cupy as cp
-
+    def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
+        """Per chunk of images (its first image is the launch's ``key``): im2col, GEMM, permute."""
         tile = params["tile"]
         hw = shape.H_out * shape.W_out
-        ckk = shape.C * shape.K * shape.K
         chunk = self.chunk_images(shape, params)
-        unroll = self.kernel("unroll_input", params, shape)
-        matmul = self.kernel("matmul_tiled", params, shape)
-        permute = self.kernel("permute_output", params, shape)
-        with _stream_scope(stream):  # the pool hands out memory ordered on this stream
-            xu = cp.empty(ckk * hw * chunk, dtype=cp.float32)
-            yg = cp.empty(shape.M * hw * chunk, dtype=cp.float32)
+        out = []
         for b0 in range(0, shape.B, chunk):
-            nb = min(chunk, shape.B - b0)
-            cols = nb * hw
-            unroll((ceil_div(cols, ELEMENTWISE_BLOCK),), (ELEMENTWISE_BLOCK,),
-                   (xu, x, *int32(b0, nb, shape.C, shape.H, shape.W, shape.K)), stream=stream)
-            matmul((ceil_div(cols, tile), ceil_div(shape.M, tile)), (tile, tile),
-                   (yg, k, xu, *int32(shape.M, ckk, cols)), stream=stream)
-            permute((ceil_div(shape.M * cols, ELEMENTWISE_BLOCK),), (ELEMENTWISE_BLOCK,),
-                    (y, yg, *int32(b0, nb, shape.M, hw)), stream=stream)
+            cols = min(chunk, shape.B - b0) * hw
+            out += [Launch("unroll_input", (ceil_div(cols, ELEMENTWISE_BLOCK),), (ELEMENTWISE_BLOCK,), key=str(b0)),
+                    Launch("matmul_tiled", (ceil_div(cols, tile), ceil_div(shape.M, tile)), (tile, tile), key=str(b0)),
+                    Launch("permute_output", (ceil_div(shape.M * cols, ELEMENTWISE_BLOCK),), (ELEMENTWISE_BLOCK,),
+                           key=str(b0))]
+        return out
+
+    def launch_args(self, launch, y, operands, shape: ConvShape, params: dict) -> tuple:
+        x, k, xu, yg = operands
+        hw = shape.H_out * shape.W_out
+        b0 = int(launch.key)
+        nb = min(self.chunk_images(shape, params), shape.B - b0)
+        if launch.kernel == "unroll_input":
+            return (xu, x, *int32(b0, nb, shape.C, shape.H, shape.W, shape.K))
+        if launch.kernel == "matmul_tiled":
+            return (yg, k, xu, *int32(shape.M, shape.C * shape.K * shape.K, nb * hw))
+        return (y, yg, *int32(b0, nb, shape.M, hw))
+
+    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
+        """The workspace (one chunk's unrolled input and GEMM output) for this call, then the
+        declared launches on it."""
+        import cupy as cp
+
+        chunk = self.chunk_images(shape, params)
+        arrays = self.workspace_arrays(shape, chunk)
+        with _stream_scope(stream):  # the pool hands out memory ordered on this stream
+            xu = cp.empty(arrays["xu"], dtype=cp.float32)
+            yg = cp.empty(arrays["yg"], dtype=cp.float32)
+        StepImpl.launch(self, y, x, k, xu, yg, shape, params, stream=stream)
 
 
 # ----------------------------------------------------------------------------- 07

@@ -1,13 +1,13 @@
 """The base of every LeNet convolution step, and the baseline.
 
-A step knows which source and compile-time parameters it builds with (``defines``), which shapes
-it can take (``check_params``, then the declared launches' limits: ``validate`` refuses with a
-clear error *before* any launch), and how to launch: its ``launches`` and ``launch_args`` as data
-(steps 00-04, 07 and 09-13; the core's ``StepImpl.launch`` runs them, after a constant-memory
-step has copied its mask), or a ``launch`` of its own (the chunked, multi-stream, cuBLAS and
-Hopper steps). Its slug, title and ``.cu`` file come from the study's step list (``steps.py``).
-``tests/test_declared_launches.py`` holds the declared launches to those the hand-written ones
-made before (a recorded table).
+A step knows which source and compile-time parameters it builds with (``defines``), which shapes it
+can take (``check_params``, then the declared launches' limits: ``validate`` refuses with a clear
+error *before* any launch), and how to launch: its ``launches`` and ``launch_args`` as data (steps
+00-07 and 09-13; the core's ``StepImpl.launch`` runs them, after a constant-memory step has copied
+its mask, or the chunked step allocated its workspace), or a ``launch`` of its own (the cuBLAS and
+Hopper-era steps; the streams step spreads the declared launch over chunks). Its slug, title and
+``.cu`` file come from the study's step list (``steps.py``). ``tests/test_declared_launches.py``
+holds the declared launches to those the hand-written ones made before (a recorded table).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class ConvVariant(StepImpl):
         return (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K))
 
     # launch(y, x, k, shape, params, stream=None): a step declares ``launches`` and ``launch_args``
-    # (the core's ``StepImpl.launch`` runs them), or writes ``launch`` by hand (steps 05, 06, 08, 14-16).
+    # (the core's ``StepImpl.launch`` runs them), or writes ``launch`` by hand (steps 08, 14-16; 05 and 06 wrap the declared launches).
 
     graph_capturable: ClassVar[bool] = True  # False when launch() uses streams of its own
 
