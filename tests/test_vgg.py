@@ -296,3 +296,28 @@ def test_hopper_steps_compile_for_the_smallest_and_largest_kernel(slug, k, tmp_p
                                       out=tmp_path / "k.cubin")
     assert {"hopper_conv_pool", "hopper_pack"} <= {r.name for r in report}
     assert all(r.spill_store_bytes == 0 for r in report)
+
+
+def test_fp32_accurate_hopper_steps_check_the_fp32_range():
+    """Steps 13 and 14 claim FP32 accuracy over FP32's range: their check cases (the rows of the
+    correctness table) hold the range test, inputs and weights from 1e-6 to 1e6; others do not."""
+    from kernelbook.vgg import run
+
+    for slug in STEPS.slugs():
+        cases = run.check_cases(STEPS.impl(slug), {}, 1, np.random.default_rng(0), full_case=None)
+        ranged = [c for c in cases if c.label.startswith("range test")]
+        if slug in ("hopper-3xtf32", "hopper-split"):
+            assert len(ranged) == len(run.RANGE_SCALES)
+            magnitudes = np.concatenate([np.abs(np.concatenate([c.host[0].ravel(), c.host[1].ravel()]))
+                                         for c in ranged])
+            magnitudes = magnitudes[magnitudes > 0]
+            assert magnitudes.min() < 1e-6 and magnitudes.max() > 1e5
+        else:
+            assert not ranged, slug
+
+
+def test_prepare_weights_is_refused_for_steps_that_pack_nothing():
+    from kernelbook.vgg import prepare_weights
+
+    with pytest.raises(ParameterError, match="packs no weights"):
+        prepare_weights(np.zeros((4, 3, 3, 3), np.float32), "tf32")
