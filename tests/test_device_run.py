@@ -6,7 +6,7 @@ from kernelbook import paths
 
 
 def for_study(module: str, entries: str) -> str:
-    script = paths.PROJECT / "scripts" / "device_run.sh"
+    script = paths.REPO_ROOT / "scripts" / "device_run.sh"
     body = subprocess.run(["sed", "-n", "/^for_study()/,/^}/p", str(script)], capture_output=True, text=True,
                           check=True).stdout
     assert body.strip(), "device_run.sh lost its for_study function"
