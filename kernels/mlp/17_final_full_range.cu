@@ -296,7 +296,10 @@ static __device__ __forceinline__ void layer_groups(float (&acc)[M_TILES][S_NT][
     }
 }
 
-// v * 2^e for |e| <= 252: two exact factors 2^(e/2), 2^(e - e/2); only the second product rounds.
+// v * 2^e for |e| <= 252 (|S| <= 126 by the votes, |ew| <= 125 by the host): two factors 2^(e/2)
+// and 2^(e - e/2), each a normal float. The first product is exact unless it is already subnormal,
+// in which case the result lies below 2^-126 and may be one subnormal step off; otherwise only
+// the second product rounds, correctly, also into subnormals (what ldexpf gives, in 2 FMULs).
 static __device__ __forceinline__ float unscale(float v, int e)
 {
     const int h = e / 2;
@@ -486,9 +489,7 @@ fullRange3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict__ pac
             for (int i = 0; i < 4; ++i)
                 out[m][0][i] = (out[m][0][i] + out[m][1][i]) + FR_LO_UNSHIFT * (lo_out[m][0][i] + lo_out[m][1][i]);
 
-        // Undo the column's scale: y = out * 2^-(S + ew3), as two exact power-of-two factors (each
-        // within float's normal range: |S + ew3| <= 252), so only the last product rounds, and
-        // correctly, also into subnormals.
+        // Undo the column's scale: y = out * 2^-(S + ew3) (unscale above).
         if (q < OUT / 2) {
 #pragma unroll
             for (int m = 0; m < M_TILES; ++m) {
