@@ -19,7 +19,6 @@ It prints the cost beyond ``launch`` (target: <= 15 us per call on prepared weig
 from __future__ import annotations
 
 import argparse
-import gc
 import time
 
 import numpy as np
@@ -31,7 +30,6 @@ def per_call(fn, calls: int) -> float:
     for _ in range(20):
         fn()
     cp.cuda.Device().synchronize()
-    gc.collect()   # a pending full collection (after a first call that packed weights) is not per-call cost
     spent = 0.0
     for i in range(calls):
         t0 = time.perf_counter()
