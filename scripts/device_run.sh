@@ -27,6 +27,7 @@
 #   SANITIZE_TIMEOUT    seconds compute-sanitizer may take over all variants (default 300)
 #   GPU_TESTS_TIMEOUT   seconds the GPU tests may take (default: no limit)
 #   GPU_TESTS           what pytest runs for the GPU tests (default: tests; "none" skips them)
+#   GPU_TESTS_K         a pytest -k expression selecting among them (e.g. "hopper or full_range")
 #   SANITIZE_STUDIES    the studies the sanitizer checks, space-separated modules
 #                       (default: kernelbook.lenet; "none" skips it)
 #   SANITIZE_STEPS      comma-separated steps the sanitizer checks (default: every step); an entry
@@ -129,7 +130,8 @@ fi
 # 3. GPU tests ----------------------------------------------------------------------------------
 if [ "${GPU_TESTS:-tests}" != "none" ]; then
   # shellcheck disable=SC2086  # GPU_TESTS is a list of test paths
-  timeout "${GPU_TESTS_TIMEOUT:-100000}" "$PY" -m pytest -m gpu -q ${GPU_TESTS:-tests} 2>&1 | tee "$LOGS/pytest-gpu.log"
+  timeout "${GPU_TESTS_TIMEOUT:-100000}" "$PY" -m pytest -m gpu -q ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ${GPU_TESTS:-tests} 2>&1 \
+    | tee "$LOGS/pytest-gpu.log"
   rc=${PIPESTATUS[0]}
   if [ "$rc" -eq 5 ]; then note "ok     pytest -m gpu (no GPU tests collected)"; else finish_step "pytest -m gpu ${GPU_TESTS:-tests}" "$rc"; fi
 fi
