@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""VGG layer on Hopper's own tensor-core path (steps 11-13): build, check, time — self-contained.
+"""VGG layer on Hopper's own tensor-core path (steps 11-14): build, check, time — self-contained.
 
 Builds kernels/vgg/11_hopper_tf32.cu, 12_hopper_fp16.cu (FP16, and BF16 with -DHOPPER_BF16=1) and
 13_hopper_3xtf32.cu (all include hopper_igemm.cuh) with nvcc for sm_90a, plus steps 07 (TF32
@@ -11,8 +11,12 @@ then times everything at B = 1 with CUDA-graph replays (3 rotating input sets, w
 median/min/max) beside cuDNN (PyTorch conv2d + bias, ReLU, max_pool2d; and the convolution alone)
 in NCHW and channels_last for FP32, TF32 and FP16, and sweeps B = 1, 2, 4, 8, 16.
 
-Each call of a step-11..13 kernel = pack input (NCHW fp32 -> NHWC operand type) + pack weights
-(-> [m][kh][kw][c]) + the persistent wgmma kernel: all three are inside the timed graph.
+A call of a step-11..14 kernel = the pack launch + the persistent wgmma kernel, both inside the
+timed graph. The pack launch packs the input (NCHW fp32 -> NHWC operand type) and, by weight mode:
+'percall' also packs the weights (-> [m][kh][kw][c]) on every call (how steps 11-14 were first
+recorded); 'verify' compares the weights with the snapshot they were packed from and repacks only
+slices that changed (raw weights cached by address); 'prepared' packs nothing else (weights packed
+once per weight set, outside the timed call). Each mode is timed, and its pack launch alone.
 
     PYTHONUNBUFFERED=1 python3 scripts/bench_vgg_hopper.py --out $OUT [--quick] [--ncu]
 Imports only numpy, cupy, torch (no kernelbook).
@@ -99,6 +103,7 @@ _encode.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_voi
                     ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
 DT_FLOAT16, DT_FLOAT32, DT_BFLOAT16 = 6, 7, 9
 SWIZZLE_128B, L2_PROMO_256B = 3, 3
+NULL = np.uint64(0)
 
 
 def tensor_map(ptr: int, dtype: int, dims: list[int], strides: list[int], box: list[int]) -> bytes:
@@ -142,8 +147,8 @@ class HopperStep:
             "split": ("14_hopper_split.cu", 3, 0, 1),
             # the same kernels in 2-block clusters (weight tile multicast by the TMA unit)
             "fp16-cl2": ("12_hopper_fp16.cu", 0, 0, 2), "tf32-cl2": ("11_hopper_tf32.cu", 1, 0, 2),
-            "split-cl2": ("14_hopper_split.cu", 3, 0, 2)}
-    FP32_ACCURATE = ("3xtf32", "split", "split-cl2")
+            "split-cl2": ("14_hopper_split.cu", 3, 0, 2), "3xtf32-cl2": ("13_hopper_3xtf32.cu", 2, 0, 2)}
+    FP32_ACCURATE = ("3xtf32", "split", "split-cl2", "3xtf32-cl2")
     K_MAX = 15
 
     def __init__(self, name: str):
@@ -161,6 +166,8 @@ class HopperStep:
         self.ws: dict = {}
         self.sms = cp.cuda.Device().attributes["MultiProcessorCount"]
         self.pack_only = False   # True: launch the pack kernel alone (to time it)
+        self.wmode = "verify"     # percall | verify | prepared (see __call__)
+        self.wcache: dict = {}
 
     def cubin(self, K: int) -> Path:
         d = {"KSIZE": K, "HOPPER_CLUSTER": self.cluster}
@@ -195,13 +202,8 @@ class HopperStep:
             Cp = ceil_div(C, 64) * 64     # the pack kernel moves 64-channel groups
             e = self.esize
             xs = [cp.empty(B * H * W * Cp, dtype=self.np_dtype) for _ in range(self.planes)]
-            wsp = [cp.empty(M * K * K * Cp, dtype=self.np_dtype) for _ in range(self.planes)]
-            # plane p: (dtype, elements per channel); mode 3's second plane holds BF16 pairs
-            fmt = [(self.dtype, 1)] + ([(DT_BFLOAT16, 2)] if self.mode == 3 else [(self.dtype, 1)]) * (self.planes - 1)
             maps = b"".join(tensor_map(a.data.ptr, dt, [Cp * k, W, H, B], [Cp * e, W * Cp * e, H * W * Cp * e],
-                                       [self.ck * k, 8, 8, 1]) for a, (dt, k) in zip(xs, fmt))
-            maps += b"".join(tensor_map(a.data.ptr, dt, [K * K * Cp * k, M], [K * K * Cp * e],
-                                        [self.ck * k, self.bn // self.cluster]) for a, (dt, k) in zip(wsp, fmt))
+                                       [self.ck * k, 8, 8, 1]) for a, (dt, k) in zip(xs, self.fmt()))
             dmaps = cp.asarray(np.frombuffer(maps, dtype=np.uint8))
             assert dmaps.data.ptr % 64 == 0
             cl = self.cluster
@@ -213,19 +215,48 @@ class HopperStep:
                 resident = max_active_clusters(self.module(K)[1], (self.sms // cl) * cl, 384, self.smem)
                 LOG.setdefault("max_active_clusters", {})[self.name] = resident
             grid = min(resident, units) * cl
-            n_pack = ceil_div(W, 32) * (Cp // 64) * B * H + (Cp // 32) * M
-            self.ws[key] = (Cp, xs, wsp, dmaps, grid, n_pack)
+            n_in = ceil_div(W, 32) * (Cp // 64) * B * H
+            n_w = (Cp // 32) * M
+            self.ws[key] = (Cp, xs, dmaps, grid, n_in, n_w)
         return self.ws[key]
 
+    def fmt(self):
+        """(CUtensorMapDataType, elements per channel) per plane; mode 3's second plane holds BF16 pairs."""
+        return [(self.dtype, 1)] + ([(DT_BFLOAT16, 2)] if self.mode == 3 else [(self.dtype, 1)]) * (self.planes - 1)
+
+    def weights(self, w, C, M, K):
+        """The packed weights of w (keyed by its address): planes, TMA maps, the snapshot they were
+        packed from. Made on first use by a weights-only pack launch (B = 0)."""
+        key = (w.data.ptr, tuple(w.shape))
+        if key not in self.wcache:
+            Cp, e = ceil_div(C, 64) * 64, self.esize
+            wsp = [cp.empty(M * K * K * Cp, dtype=self.np_dtype) for _ in range(self.planes)]
+            maps = b"".join(tensor_map(a.data.ptr, dt, [K * K * Cp * k, M], [K * K * Cp * e],
+                                       [self.ck * k, self.bn // self.cluster]) for a, (dt, k) in zip(wsp, self.fmt()))
+            snap = cp.empty_like(w)
+            snap.data.copy_from_device_async(w.data, w.nbytes)
+            i32 = np.int32
+            self.module(K)[0](((Cp // 32) * M,), (256,), (NULL, NULL, wsp[0], wsp[-1], NULL, w, NULL, i32(0), i32(C),
+                                                                   i32(2), i32(2), i32(M), i32(Cp), i32(0)))
+            self.wcache[key] = (wsp, cp.asarray(np.frombuffer(maps, dtype=np.uint8)), snap)
+        return self.wcache[key]
+
     def __call__(self, y, x, w, b):
+        """One call. wmode: 'percall' packs input and weights on every call (the recorded steps
+        before weight caching); 'verify' packs the input and checks the weights against the
+        snapshot, repacking slices that changed (raw weights cached by address); 'prepared'
+        packs the input only (weights packed once per weight set)."""
         B, C, H, W = x.shape
         M, K = w.shape[0], w.shape[2]
-        Cp, xs, wsp, dmaps, grid, n_pack = self.workspace(B, C, H, W, M, K)
+        Cp, xs, xmaps, grid, n_in, n_w = self.workspace(B, C, H, W, M, K)
+        wsp, wmaps, snap = self.weights(w, C, M, K)
         pack, main = self.module(K)
         i32 = np.int32
-        pack((n_pack,), (256,), (xs[0], xs[-1], wsp[0], wsp[-1], x, w, i32(B), i32(C), i32(H), i32(W), i32(M), i32(Cp)))
+        blocks = n_in if self.wmode == "prepared" else n_in + n_w
+        pack((blocks,), (256,), (xs[0], xs[-1], wsp[0], wsp[-1], x, w, snap if self.wmode == "verify" else NULL,
+                                 i32(B), i32(C), i32(H), i32(W), i32(M), i32(Cp), i32(0)))
         if not self.pack_only:
-            main((grid,), (384,), (y, b, dmaps, i32(B), i32(H), i32(W), i32(M), i32(Cp)), shared_mem=self.smem)
+            main((grid,), (384,), (y, b, xmaps, wmaps, i32(B), i32(H), i32(W), i32(M), i32(Cp)), shared_mem=self.smem)
 
 
 # ----------------------------------------------------------------------------- steps 07, 08, 09
@@ -411,6 +442,10 @@ def main():
     ap.add_argument("--quick", action="store_true", help="correctness only, no timing")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--old", action="store_true", help="also steps 07, 08, 09")
+    ap.add_argument("--wmodes", default="percall,verify,prepared", help="weight modes timed at B=1")
+    ap.add_argument("--rounds", type=int, default=1, help="time every new step this many times, interleaved")
+    ap.add_argument("--budget", type=float, default=200, help="seconds after which the batch sweep stops")
     ap.add_argument("--only", default="", help="comma list of new steps to run (tf32,fp16,bf16,3xtf32)")
     ap.add_argument("--ncu", action="store_true", help="Nsight Compute on the new kernels at B=1 (child processes)")
     ap.add_argument("--ncu-steps", default="fp16,tf32,split")
@@ -443,20 +478,22 @@ def main():
                      "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
     print(LOG["device"])
 
-    names = args.only.split(",") if args.only else list(HopperStep.SPEC)
+    names = args.only.split(",") if args.only else ["tf32", "fp16", "bf16", "3xtf32", "split"]
     new = {n: HopperStep(n) for n in names}
     old = {"07_tf32": MmaSyncStep("07_tf32"), "08_3xtf32": MmaSyncStep("08_3xtf32"), "09_winograd": WinogradStep()}
+    if not args.old:
+        old = {}
     tol = {n: (1e-5 if n in HopperStep.FP32_ACCURATE else 2e-2 if n == "bf16" else 5e-3) for n in HopperStep.SPEC}
     tol.update({"07_tf32": 5e-3, "08_3xtf32": 1e-5, "09_winograd": 1e-5})
 
     # ---- build everything first (parallel), report ptxas and SASS for the new kernels
     jobs = [(s.src, {"KSIZE": k, "HOPPER_CLUSTER": s.cluster, **({"HOPPER_BF16": 1} if s.bf16 else {})}, SM90A)
             for s in new.values() for k in (1, 3, 5, 7)]
-    jobs += [("07_tf32_implicit_gemm.cu", {"BM": 128, "TH": 8, "TW": 32, "WARPS_M": 2, "WARPS_N": 4, "STAGES": 3,
+    jobs += [] if not old else [("07_tf32_implicit_gemm.cu", {"BM": 128, "TH": 8, "TW": 32, "WARPS_M": 2, "WARPS_N": 4, "STAGES": 3,
                                            "MIN_BLOCKS": 1, "KSIZE": k}, SM90) for k in (1, 3, 5, 7)]
-    jobs += [("08_3xtf32.cu", {"BM": 64, "TH": 8, "TW": 32, "WARPS_M": 2, "WARPS_N": 4, "STAGES": 3,
+    jobs += [] if not old else [("08_3xtf32.cu", {"BM": 64, "TH": 8, "TW": 32, "WARPS_M": 2, "WARPS_N": 4, "STAGES": 3,
                                "MIN_BLOCKS": 1, "KSIZE": k}, SM90) for k in (1, 3, 5, 7)]
-    jobs += [("09_winograd.cu", {"KSIZE": k}, SM90) for k in (1, 3, 5, 7)]
+    jobs += [] if not old else [("09_winograd.cu", {"KSIZE": k}, SM90) for k in (1, 3, 5, 7)]
     t0 = time.time()
     with ThreadPoolExecutor(16) as ex:
         futs = [ex.submit(build, *j) for j in jobs]
@@ -523,7 +560,25 @@ def main():
     ref = reference(x, w, b)
     for n, s in allsteps.items():
         record(check(s, x, w, b, ref, "layer B=1", tol[n]))
+        if n in new:
+            for mode in ("percall", "prepared"):
+                s.wmode = mode
+                s.wcache.clear()
+                rec = check(s, x, w, b, ref, f"layer B=1 {mode}", tol[n])
+                rec["step"] = n
+                record(rec)
+            s.wmode = "verify"
     del ref
+    # ---- raw weights cached by address: changed in place, the next call must use the new values
+    print("checks: weights changed in place between calls (verify mode)")
+    for n, s in new.items():
+        x, w, b = rand_inputs(1, 70, 20, 36, 100, 5, gen)
+        s.wcache.clear()
+        record(check(s, x, w, b, reference(x, w, b), "before change", tol[n]))
+        w[:, 3:40] *= -0.75                     # some channels of every m: several slices change
+        w[7, 0, 2, 2] = 0.123                  # one float of one slice
+        rec = check(s, x, w, b, reference(x, w, b), "after in-place change", tol[n])
+        record(rec)
     # ---- odd shapes (C, M not multiples of 16, odd H and W, K = 1, 3, 5, 7)
     print("checks: odd shapes")
     odd = [(2, 37, 33, 45, 35, 5), (1, 13, 17, 9, 300, 3), (3, 70, 18, 30, 100, 7), (1, 1, 2, 2, 1, 1),
@@ -583,16 +638,26 @@ def main():
             if n in bad:
                 print(f"  {n:40s} skipped (failed a check)")
                 continue
+            if n in new and n != "bf16":
+                continue   # timed below in each weight mode
             timed(n, lambda i, s=s: launcher(s, *sets[i], ys[i]), "ours")
-        for n, s in new.items():
-            if n in bad or n.endswith("cl2") or n == "bf16":
+        for rnd, n, s in [(r, n, s) for r in range(args.rounds) for n, s in new.items()]:
+            if n in bad or n == "bf16":
                 continue
-            s.pack_only = True
-            timed(f"{n} pack kernel only", lambda i, s=s: launcher(s, *sets[i], ys[i]), "ours-part")
-            s.pack_only = False
+            for wmode in args.wmodes.split(","):
+                s.wmode = wmode
+                s.wcache.clear()
+                timed(f"{n} [{wmode}]{f' round {rnd + 1}' if args.rounds > 1 else ''}",
+                      lambda i, s=s: launcher(s, *sets[i], ys[i]), "ours")
+                if rnd > 0 or n.endswith("cl2"):   # the pack launch does not depend on the cluster
+                    continue
+                s.pack_only = True
+                timed(f"{n} [{wmode}] pack kernel only", lambda i, s=s: launcher(s, *sets[i], ys[i]), "ours-part")
+                s.pack_only = False
+            s.wmode = "prepared"
         for mode in ("fp32", "tf32", "fp16"):
             for layout in ("nchw", "channels_last"):
-                for full in (True, False):
+                for full in (True,):
                     lab = f"cudnn {mode} {layout} {'layer' if full else 'conv only'}"
                     timed(lab, lambda i, m=mode, l=layout, fu=full: cudnn_fn(*sets[i], m, l, fu), "cudnn")
         # cuDNN errors vs float64 (layer, channels_last)
@@ -613,8 +678,11 @@ def main():
                 ssets = [rand_inputs(Bs, C, H, W, M, K, gen) for _ in range(2)]
                 sys_ = [torch.empty(Bs, M, H // 2, W // 2, device="cuda") for _ in range(2)]
                 reps = 20 if Bs <= 4 else 10
-                cands = [(n, (lambda i, s=s: launcher(s, *ssets[i], sys_[i]))) for n, s in new.items()
-                         if n not in bad and not n.endswith("cl2") and n != "bf16"]
+                cands = [(f"{n} [prepared]", (lambda i, s=s: launcher(s, *ssets[i], sys_[i]))) for n, s in new.items()
+                         if n not in bad and n in ("tf32", "fp16", "3xtf32")]
+                for n, s in new.items():
+                    s.wmode = "prepared"
+                    s.wcache.clear()
                 cands += [(f"cudnn {m} channels_last layer", (lambda i, m=m: cudnn_fn(*ssets[i], m, "channels_last", True)))
                           for m in ("fp32", "tf32", "fp16")]
                 for lab, mk in cands:
@@ -628,7 +696,7 @@ def main():
                         print(f"  B={Bs} {lab} ERROR {exc}")
                 del ssets, sys_
                 torch.cuda.empty_cache()
-                if time.time() - t_start > 200:
+                if time.time() - t_start > args.budget:
                     print("sweep stopped: time budget")
                     break
 

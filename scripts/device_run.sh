@@ -27,10 +27,14 @@
 #   SANITIZE_TIMEOUT    seconds compute-sanitizer may take over all variants (default 300)
 #   GPU_TESTS_TIMEOUT   seconds the GPU tests may take (default: no limit)
 #   GPU_TESTS           what pytest runs for the GPU tests (default: tests; "none" skips them)
+#   GPU_TESTS_K         a pytest -k expression selecting among them (e.g. "hopper or full_range")
 #   SANITIZE_STUDIES    the studies the sanitizer checks, space-separated modules
 #                       (default: kernelbook.lenet; "none" skips it)
-#   SANITIZE_STEPS      comma-separated steps the sanitizer checks (default: every step)
-#   SANITIZE_LAYERS     comma-separated cases the sanitizer launches (default: every case)
+#   SANITIZE_STEPS      comma-separated steps the sanitizer checks (default: every step); an entry
+#                       "vgg:hopper-tf32" is for that study only (a study none of whose steps is
+#                       named while others are is skipped), an entry without a prefix for all
+#   SANITIZE_LAYERS     comma-separated cases the sanitizer launches (default: every case), prefixed
+#                       the same way
 #   SEQUENTIAL_FIRST    1: before the batch, measure the same notebooks sequentially (no Dask) into
 #                       their own run; steps.txt then gives both wall times, e.g. the dask-cuda check:
 #                       SEQUENTIAL_FIRST=1 GPU_TESTS=none SANITIZE_STUDIES=none \
@@ -51,6 +55,11 @@ STEPS="$LOGS/steps.txt"
 failed=0
 
 note() { echo "$*" | tee -a "$STEPS"; }
+# for_study MODULE LIST: the comma-separated entries of LIST for the study MODULE (kernelbook.vgg):
+# an entry "vgg:hopper-tf32" belongs to that study only, an entry without a prefix to every study.
+for_study() {
+  tr ',' '\n' <<<"$2" | awk -F: -v s="${1##*.}" 'NF == 1 && $1 != "" { print; next } $1 == s { print $2 }' | paste -sd, -
+}
 finish_step() {  # NAME RC
   if [ "$2" -eq 0 ]; then note "ok     $1"; else note "FAILED $1 (exit $2)"; failed=1; fi
 }
@@ -121,7 +130,8 @@ fi
 # 3. GPU tests ----------------------------------------------------------------------------------
 if [ "${GPU_TESTS:-tests}" != "none" ]; then
   # shellcheck disable=SC2086  # GPU_TESTS is a list of test paths
-  timeout "${GPU_TESTS_TIMEOUT:-100000}" "$PY" -m pytest -m gpu -q ${GPU_TESTS:-tests} 2>&1 | tee "$LOGS/pytest-gpu.log"
+  timeout "${GPU_TESTS_TIMEOUT:-100000}" "$PY" -m pytest -m gpu -q ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ${GPU_TESTS:-tests} 2>&1 \
+    | tee "$LOGS/pytest-gpu.log"
   rc=${PIPESTATUS[0]}
   if [ "$rc" -eq 5 ]; then note "ok     pytest -m gpu (no GPU tests collected)"; else finish_step "pytest -m gpu ${GPU_TESTS:-tests}" "$rc"; fi
 fi
@@ -156,8 +166,13 @@ if [ "${SANITIZE_STUDIES:-kernelbook.lenet}" = "none" ]; then
   note "skipped sanitizer: SANITIZE_STUDIES=none"
 elif [ -n "$batch_run" ] && [ -d "data/results/$batch_run" ]; then
   for study in ${SANITIZE_STUDIES:-kernelbook.lenet}; do
+    steps=$(for_study "$study" "${SANITIZE_STEPS:-}")
+    layers=$(for_study "$study" "${SANITIZE_LAYERS:-}")
+    if [ -n "${SANITIZE_STEPS:-}" ] && [ -z "$steps" ]; then
+      note "skipped sanitizer for $study: SANITIZE_STEPS names none of its steps"; continue
+    fi
     timeout "${SANITIZE_TIMEOUT:-300}" "$PY" scripts/sanitize.py --study "$study" --run-id "$batch_run" \
-      ${SANITIZE_STEPS:+--variants "$SANITIZE_STEPS"} ${SANITIZE_LAYERS:+--layers "$SANITIZE_LAYERS"} 2>&1 \
+      ${steps:+--variants "$steps"} ${layers:+--layers "$layers"} 2>&1 \
       | tee -a "$LOGS/sanitize.log" | tail -5
     finish_step "scripts/sanitize.py --study $study --run-id $batch_run" "${PIPESTATUS[0]}"
   done

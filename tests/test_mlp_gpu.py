@@ -143,3 +143,32 @@ def test_step_15_is_labelled_for_what_it_is(range_grid):
     assert not ranges.claims_full_range(STEPS.impl("final"))
     _, errors = _range_errors("final", [c for c in range_grid if c[0].startswith("range x*1e+06 W*1,1,1")])
     assert errors and all(not e <= 1e-5 for _, e in errors)
+
+
+def test_a_repeated_call_still_checks_its_arrays(weights):
+    """forward's fast path (a call like a validated one) re-checks type, dtype and layout of x and
+    out, and the weights' shapes: wrong arrays of the right shape are refused, not launched."""
+    import cupy as cp
+
+    from kernelbook.errors import ShapeError
+
+    _, dev_w = weights
+    forget_weights()
+    x = cp.asarray(data.make_signals(256, 4))
+    out = cp.empty((4, 256), cp.float32)
+    forward(x, dev_w, step="final-full-range", out=out)
+    forward(x, dev_w, step="final-full-range", out=out)          # the fast path
+    bad_inputs = [x.astype(cp.float64), cp.asfortranarray(x), x.get()]
+    for bad in bad_inputs:
+        with pytest.raises(ShapeError):
+            forward(bad, dev_w, step="final-full-range", out=out)
+    for bad_out in (out.astype(cp.float64), cp.empty((4, 255), cp.float32), cp.asfortranarray(out)):
+        with pytest.raises(ShapeError):
+            forward(x, dev_w, step="final-full-range", out=bad_out)
+    reshaped = list(dev_w)
+    reshaped[1] = dev_w[1].copy()
+    forward(x, tuple(reshaped), step="final-full-range", out=out)
+    reshaped[1].shape = (8, 8)                                      # in place, same identity
+    with pytest.raises(ShapeError):
+        forward(x, tuple(reshaped), step="final-full-range", out=out)
+    forget_weights()

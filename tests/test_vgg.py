@@ -296,3 +296,67 @@ def test_hopper_steps_compile_for_the_smallest_and_largest_kernel(slug, k, tmp_p
                                       out=tmp_path / "k.cubin")
     assert {"hopper_conv_pool", "hopper_pack"} <= {r.name for r in report}
     assert all(r.spill_store_bytes == 0 for r in report)
+
+
+def test_fp32_accurate_hopper_steps_check_the_fp32_range():
+    """Steps 13 and 14 claim FP32 accuracy over FP32's range: their check cases (the rows of the
+    correctness table) hold the range test, inputs and weights from 1e-6 to 1e6; others do not."""
+    from kernelbook.vgg import run
+
+    for slug in STEPS.slugs():
+        cases = run.check_cases(STEPS.impl(slug), {}, 1, np.random.default_rng(0), full_case=None)
+        ranged = [c for c in cases if c.label.startswith("range test")]
+        if slug in ("hopper-3xtf32", "hopper-split"):
+            assert len(ranged) == len(run.RANGE_SCALES)
+            magnitudes = np.concatenate([np.abs(np.concatenate([c.host[0].ravel(), c.host[1].ravel()]))
+                                         for c in ranged])
+            magnitudes = magnitudes[magnitudes > 0]
+            assert magnitudes.min() < 1e-6 and magnitudes.max() > 1e5
+        else:
+            assert not ranged, slug
+
+
+def test_prepare_weights_is_refused_for_steps_that_pack_nothing():
+    from kernelbook.vgg import prepare_weights
+
+    with pytest.raises(ParameterError, match="packs no weights"):
+        prepare_weights(np.zeros((4, 3, 3, 3), np.float32), "tf32")
+
+
+def test_batch_sweep_table_and_figure_from_records():
+    """The batch sweep's page section: TFLOP/s per step and batch beside cuDNN channels_last, from
+    records (fabricated here); with nothing recorded, a message in place of both."""
+    from types import SimpleNamespace
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from kernelbook.vgg import sweeps
+
+    def found(records):
+        return SimpleNamespace(found=True, records=records, session=SimpleNamespace(run=SimpleNamespace(run_id="R1")))
+
+    flops = {b: CASES["B1"].flops * int(b[1:]) for b in sweeps.BATCHES}
+    steps = {step: found([{"metric": "op_time_ms", "batch": int(b[1:]), "value": 1.0 * int(b[1:]), "flops": flops[b],
+                           "status": "ok"} for b in sweeps.BATCHES]) for step in sweeps.BATCH_STEPS}
+    library = found([{"metric": "op_time_ms", "variant": v, "batch": int(b[1:]), "value": 2.0 * int(b[1:]),
+                      "flops": flops[b]} for v in sweeps.BATCH_STEPS.values() for b in sweeps.BATCHES])
+    rows = sweeps._rows(steps, library)
+    assert len(rows) == 2 * len(sweeps.BATCH_STEPS) * len(sweeps.BATCHES)
+    ours = [r for r in rows if r["what"] == "hopper-tf32"]
+    assert all(abs(r["tflops"] - CASES["B1"].flops / 1e9) < 1e-6 for r in ours)   # 1 ms per image
+    html = sweeps.batch_table(steps, library).to_html()
+    assert "cudnn-fp32-channels-last" in html and "B=16" in html and "TFLOP/s" in html
+    assert len(sweeps.batch_figure(steps, library).axes[0].lines) == 6
+    empty = SimpleNamespace(found=False, records=[], session=None)
+    assert "not recorded yet" in sweeps.batch_table({s: empty for s in sweeps.BATCH_STEPS}, empty).to_html()
+
+
+def test_batch_sweep_cases_are_the_studied_layer_at_each_batch():
+    from kernelbook.vgg import sweeps
+
+    study = sweeps.batch_study()
+    assert study.sizes(list(sweeps.BATCHES)) == list(sweeps.BATCHES)
+    for name in sweeps.BATCHES:
+        assert study.problem(name).flops == CASES["B1"].flops * int(name[1:]) and study.size_of(name, None) == int(name[1:])
+    assert set(sweeps.BATCH_SWEEPS) == set(sweeps.BATCH_STEPS) <= set(STEPS.slugs())

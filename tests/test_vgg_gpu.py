@@ -78,3 +78,83 @@ def test_fp32_accurate_steps_keep_fp32_range(slug):
         assert not np.isnan(got).any(), (sx, sw, mixed)
         err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         assert err <= impl.tolerance, (sx, sw, mixed, err)
+
+
+HOPPER = ["hopper-tf32", "hopper-fp16", "hopper-3xtf32", "hopper-split"]
+
+
+@pytest.mark.parametrize("slug", HOPPER)
+def test_hopper_raw_weights_changed_in_place_are_repacked(slug):
+    """A raw weight array is packed once and cached by address; changed in place (a few floats,
+    then whole channels), the next call must compute with the new values, never the stale copy."""
+    import cupy as cp
+
+    impl = STEPS.impl(slug)
+    rng = np.random.default_rng(21)
+    shape = ConvPoolShape(1, 70, 20, 36, 100, 5)
+    x, w, b = run.random_inputs(shape, rng)
+    dx, dw, db = run.upload(x, w, b)
+    for change in (None, "one", "channels"):
+        if change == "one":
+            w[7, 0, 2, 2] = 0.5
+            dw[7, 0, 2, 2] = 0.5
+        elif change == "channels":
+            w[:, 3:40] *= -0.75
+            dw[:, 3:40] *= -0.75
+        y = cp.full(shape.y_shape, cp.nan, dtype=cp.float32)
+        forward(dx, dw, db, step=slug, out=y)
+        got, ref = y.get(), reference(x, w, b)
+        assert np.linalg.norm(got - ref) <= impl.tolerance * np.linalg.norm(ref), change
+
+
+@pytest.mark.parametrize("slug", HOPPER)
+def test_hopper_prepared_weights_are_a_snapshot(slug):
+    """vgg.prepare_weights packs once; the call with it matches float64, later changes to the
+    array do not reach it (the documented contract), and another step refuses it."""
+    import cupy as cp
+
+    from kernelbook.errors import ParameterError
+    from kernelbook.vgg import prepare_weights
+
+    impl = STEPS.impl(slug)
+    rng = np.random.default_rng(22)
+    shape = ConvPoolShape(2, 37, 17, 30, 35, 3)
+    x, w, b = run.random_inputs(shape, rng)
+    dx, dw, db = run.upload(x, w, b)
+    prepared = prepare_weights(dw, slug)
+    ref = reference(x, w, b)
+    y = forward(dx, prepared, db, step=slug)
+    assert np.linalg.norm(y.get() - ref) <= impl.tolerance * np.linalg.norm(ref)
+    dw *= 2.0
+    again = forward(dx, prepared, db, step=slug)
+    assert np.array_equal(again.get(), y.get())
+    other = next(s for s in HOPPER if s != slug)
+    with pytest.raises(ParameterError, match="prepared for step"):
+        forward(dx, prepared, db, step=other)
+
+
+def test_hopper_fp16_prepared_weights_pack_bf16_on_first_use():
+    import cupy as cp
+
+    from kernelbook.vgg import prepare_weights
+
+    rng = np.random.default_rng(23)
+    shape = ConvPoolShape(1, 20, 12, 18, 30, 5)
+    x, w, b = run.random_inputs(shape, rng)
+    dx, dw, db = run.upload(x, w, b)
+    prepared = prepare_weights(dw, "hopper-fp16")
+    ref = reference(x, w, b)
+    for operand, tol in (("fp16", 5e-3), ("bf16", 2e-2), ("fp16", 5e-3)):
+        y = forward(dx, prepared, db, step="hopper-fp16", operand=operand)
+        assert np.linalg.norm(y.get() - ref) <= tol * np.linalg.norm(ref), operand
+
+
+@pytest.mark.parametrize("slug", HOPPER)
+def test_hopper_chapter_checks_pass_with_prepared_weights(slug):
+    """The chapter's checks (random shapes, and the range test for the FP32-accurate steps)
+    through the study's operands, i.e. with the weights prepared once as the timed call has them."""
+    results = study.check_step(slug, n_random=4, seed=31, full_case=None)
+    failed = [r for r in results if not r.passed]
+    assert not failed, [(r.label, r.shape, r.rel_l2_error, r.unwritten, r.error) for r in failed]
+    if slug in ("hopper-3xtf32", "hopper-split"):
+        assert sum(r.label.startswith("range test") for r in results) == len(run.RANGE_SCALES)

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import kernels, limits
 from ..errors import ParameterError
+from ..steps import Launch
 from . import pack
 from .impls import MlpImpl, _int_param
 from .reference import HALF_THRESHOLD
@@ -124,33 +125,89 @@ class Final(TensorCore3xTF32):
         return y
 
 
+_KERNELS: dict = {}   # (kernel, warps, m_tiles, blocks_per_sm) -> compiled kernel, opted in to its shared memory
+
+
 class FinalFullRange(MlpImpl):
     math = "3xfp16"
     """Step 17: step 15's 3xFP16 arithmetic with per-column power-of-two scaling chosen from the
     data (per layer for the weights), detection of what the scaling cannot represent, and step
-    13's 3xTF32 arithmetic for those tiles: FP32-accurate over float's whole range."""
+    13's 3xTF32 arithmetic for those tiles: FP32-accurate over float's whole range. Each warp
+    stages its next tile of x in dynamic shared memory (cp.async) while it computes the current
+    one: ``warps * m_tiles * STAGE_BYTES`` bytes a block beside the static weights.
+    ``blocks_per_sm`` is also the kernel's ``__launch_bounds__`` minimum: 2 caps the registers at
+    128 (a few spill), so 16 warps share an SM; that measured fastest at 2,097,152 columns
+    (data/bench/mlp/NOTES.md, attempts 6-7)."""
 
     kernel_names = ("fullRange3xFP16Kernel",)
-    defaults = {"warps": 8, "m_tiles": 1, "blocks_per_sm": 1}
+    defaults = {"warps": 8, "m_tiles": 1, "blocks_per_sm": 2}
     packing = staticmethod(pack.full_range)
     static_smem = 39488
+    # At blocks_per_sm=2 (128 registers) ptxas keeps a few loop-invariant values (pointers, header
+    # exponents) on the stack: stored once before the tile loop, reloaded from L1 a few times a
+    # tile. Measured faster than the spill-free 1 block/SM (228 registers); the compile test allows it.
+    spill_store_bytes_allowed = 64
+    STAGE_BYTES = 80 * 20 * 4   # XS_ROWS * XS_STRIDE floats per m-tile (kernels/mlp/17_final_full_range.cu)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._plans: dict = {}
 
     def defines(self, params, shape):
-        return {"WARPS": params["warps"], "M_TILES": params["m_tiles"]}
+        return {"WARPS": params["warps"], "M_TILES": params["m_tiles"], "MIN_BLOCKS": params["blocks_per_sm"]}
 
     def check_params(self, params):
-        _int_param(params, "warps", range(1, 13), "pass warps between 1 and 12 (152 registers a thread).")
-        _int_param(params, "m_tiles", (1,), "pass m_tiles=1 (16 columns a warp; 2 needs more than 255 registers).")
-        _int_param(params, "blocks_per_sm", range(1, 33), "pass blocks_per_sm, e.g. 1.")
+        _int_param(params, "warps", range(1, 17), "pass warps between 1 and 16.")
+        _int_param(params, "m_tiles", (1, 2), "pass m_tiles=1 or 2 (16 columns each; 2 spills registers).")
+        _int_param(params, "blocks_per_sm", range(1, 5),
+                   "pass blocks_per_sm between 1 and 4 (it is also the kernel's __launch_bounds__ minimum).")
+
+    def launches(self, shape, params):
+        warps, m_tiles, per_sm = params["warps"], params["m_tiles"], params["blocks_per_sm"]
+        tiles = -(-shape.N // (16 * m_tiles))
+        grid = self.persistent_grid(-(-tiles // warps), per_sm)
+        return [Launch(self.kernel_names[0], (grid, 1, 1), (32 * warps, 1, 1),
+                       dynamic_smem=warps * m_tiles * self.STAGE_BYTES, static_smem=self.static_smem,
+                       min_blocks=per_sm)]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        x, weights = operands
+        w = self.prepare_weights(weights)
+        return (x, w.extra["split"], w.extra["packed"], y, np.int32(shape.N))
 
     def plan(self, shape, params):
-        tiles = -(-shape.N // (16 * params["m_tiles"]))
-        grid = self.persistent_grid(-(-tiles // params["warps"]), params["blocks_per_sm"])
-        return [(self.kernel_names[0], (grid, 1, 1), (32 * params["warps"], 1, 1))]
+        return [(l.kernel, l.grid, l.block) for l in self.launches(shape, params)]
+
+    def validate(self, shape, params):
+        self.check_params(params)
+        self.check_launches(shape, params)
+
+    def kernel(self, name, params, problem):
+        key = (name, params["warps"], params["m_tiles"], params["blocks_per_sm"])
+        fn = _KERNELS.get(key)
+        if fn is None:
+            fn = kernels.get_kernel(self.source, name, self.defines(params, problem))
+            need = params["warps"] * params["m_tiles"] * self.STAGE_BYTES
+            if need + self.static_smem > limits.H100.static_smem_per_block:
+                fn.max_dynamic_shared_size_bytes = need   # static + dynamic above 48 KB: opt in, once
+            _KERNELS[key] = fn
+        return fn
+
+    def launch(self, y, x, weights, shape, params, stream=None):
+        w = self.prepare_weights(weights)
+        key = (shape.N, params["warps"], params["m_tiles"], params["blocks_per_sm"])
+        plan = self._plans.get(key)
+        if plan is None:   # the launch shape and kernel depend on these four numbers only
+            (launch,) = self.launches(shape, params)
+            plan = (self.kernel(launch.kernel, params, shape), launch.grid, launch.block, launch.dynamic_smem)
+            if len(self._plans) > 64:
+                self._plans.clear()
+            self._plans[key] = plan
+        fn, grid, block, smem = plan
+        with (stream if stream is not None else contextlib.nullcontext()):
+            fn(grid, block, (x, w.extra["split"], w.extra["packed"], y, np.int32(shape.N)), shared_mem=smem)
+        return y
 
     def exact_only(self, prepared) -> bool:
         """True when these weights send every tile down the exact 3xTF32 path (host-side flag)."""
         return bool(prepared.extra["split"][-8:-4].get().view(np.int32)[0])
-
-    def args(self, name, y, x, w, n):
-        return (x, w.extra["split"], w.extra["packed"], y, np.int32(n))

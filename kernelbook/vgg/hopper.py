@@ -5,12 +5,25 @@ One kernel design (kernels/vgg/hopper_igemm.cuh) in four precisions, one ``.cu``
 ring guarded by mbarriers; a producer warpgroup (one thread issues the copies) and two consumer
 warpgroups; a persistent grid (one block per SM); bias + ReLU + 2×2 max-pool in registers.
 
-Two launches per call, both timed: ``hopper_pack`` writes the input as NHWC and the weights as
-[m][kh][kw][c] in the step's operand format (FP16/BF16, TF32, or big + second planes for the
-FP32-accurate splits), then ``hopper_conv_pool`` runs the GEMM. The packed operands live in a
-workspace this object allocates once per shape and device and keeps, together with the TMA
-descriptors that point into it (so a captured CUDA graph stays valid). Two launches of the same
-step on different streams at once would share it.
+What a call launches: ``hopper_pack`` writes the input as NHWC in the step's operand format
+(FP16/BF16, TF32, or big + second planes for the FP32-accurate splits), then ``hopper_conv_pool``
+runs the GEMM. The weights, packed as [m][kh][kw][c] in the same format, are packed once per
+weight set and kept, as CUTLASS's sm90 convolution does with a prepared filter:
+
+- ``PreparedWeights`` (``vgg.prepare_weights(w, step)``): a copy of ``w`` taken when it is made,
+  packed at once for the step's default operand format (other formats on first use) with the TMA
+  descriptors that point into it. A call with it packs the input only; it is what the book times.
+  Changing ``w`` afterwards does not change it: prepare the new weights.
+- a raw weight array: packed on its first call and cached by its address and shape (the last
+  ``WEIGHT_CACHE`` arrays); every later call's pack launch also compares the array with the copy
+  taken when it was packed, bit for bit, and repacks the 32-channel slices that differ (on the
+  device: no copy to the host, no synchronisation), so an array changed in place, or a new array at
+  a freed one's address, is never computed with stale weights. That costs a read of ``w`` and of
+  the copy per call instead of the packed write.
+
+The input's packed copy lives in a workspace this object allocates once per shape and device and
+keeps, together with its TMA descriptors (so a captured CUDA graph stays valid). Two launches of
+the same step on different streams at once would share it (and a raw weight array's cache entry).
 
 Build: nvcc for ``sm_90a`` (``wgmma``, ``setmaxnreg`` and the TMA copies exist on Hopper only),
 loaded as a cubin; the TMA descriptors come from the driver's ``cuTensorMapEncodeTiled``.
@@ -20,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections import OrderedDict
 
 from .. import kernels, limits
 from ..errors import ParameterError, ShapeError
@@ -34,6 +48,8 @@ WORKSPACE_MAX = 8 * 1024 ** 3    # bytes of packed operands; beyond this, split 
 THREADS = 384                    # producer warpgroup + 2 consumer warpgroups
 PACK_THREADS = 256
 CHANNEL_GROUP = 64               # the pack moves 64-channel groups: C is padded to a multiple
+NULL = __import__("numpy").uint64(0)   # a null pointer argument
+WEIGHT_CACHE = 4                 # raw weight arrays whose packed copies a step keeps (least recent dropped)
 
 
 # ----------------------------------------------------------------------------- TMA descriptors
@@ -90,6 +106,7 @@ class HopperStep(VggStep):
 
     def __init__(self):
         self._workspaces: dict = {}
+        self._weight_cache: OrderedDict = OrderedDict()   # raw weight arrays' packed copies (cached_weights)
 
     # ------------------------------------------------------------------ the build's constants
     def bf16(self, params: dict) -> bool:
@@ -167,7 +184,21 @@ class HopperStep(VggStep):
             return [(first, 1)]
         return [(first, 1), (_DT_BFLOAT16, 2) if self.mode == 3 else (first, 1)]
 
+    def _require_hopper(self):
+        import cupy as cp
+
+        if str(cp.cuda.Device().compute_capability) != "90":
+            raise ParameterError(f"Step {self.slug!r} uses Hopper-only instructions (wgmma, TMA); this GPU is "
+                                 f"compute capability {cp.cuda.Device().compute_capability}.",
+                                 "run it on an H100 (sm_90), or use step 'tf32' / 'final'.")
+
+    def _store(self):
+        import cupy as cp
+
+        return cp.float16 if self.mode == 0 else cp.float32     # 16-bit words for FP16 and BF16
+
     def workspace(self, shape: ConvPoolShape, params: dict):
+        """The input's packed planes and their TMA descriptors, made once per (device, shape, format)."""
         import cupy as cp
         import numpy as np
 
@@ -175,27 +206,70 @@ class HopperStep(VggStep):
         ws = self._workspaces.get(key)
         if ws is not None:
             return ws
-        if str(cp.cuda.Device().compute_capability) != "90":
-            raise ParameterError(f"Step {self.slug!r} uses Hopper-only instructions (wgmma, TMA); this GPU is "
-                                 f"compute capability {cp.cuda.Device().compute_capability}.",
-                                 "run it on an H100 (sm_90), or use step 'tf32' / 'final'.")
-        B, C, H, W, M, K = shape.B, shape.C, shape.H, shape.W, shape.M, shape.K
-        cp_, e, bn = self.padded_channels(shape), self.esize(), self.bn()
-        store = cp.float16 if self.mode == 0 else cp.float32     # 16-bit words for FP16 and BF16
-        xs = [cp.empty(B * H * W * cp_, dtype=store) for _ in range(self.planes())]
-        ws_ = [cp.empty(M * K * K * cp_, dtype=store) for _ in range(self.planes())]
-        formats = self._formats()
-        if self.mode == 0 and self.bf16(params):
-            formats = [(_DT_BFLOAT16, 1)]
+        self._require_hopper()
+        B, H, W = shape.B, shape.H, shape.W
+        cp_, e = self.padded_channels(shape), self.esize()
+        xs = [cp.empty(B * H * W * cp_, dtype=self._store()) for _ in range(self.planes())]
         ck = 128 // e
         maps = b"".join(tensor_map(a.data.ptr, dt, [cp_ * k, W, H, B], [cp_ * e, W * cp_ * e, H * W * cp_ * e],
-                                   [ck * k, 8, 8, 1]) for a, (dt, k) in zip(xs, formats))
-        maps += b"".join(tensor_map(a.data.ptr, dt, [K * K * cp_ * k, M], [K * K * cp_ * e], [ck * k, bn])
-                         for a, (dt, k) in zip(ws_, formats))
-        dmaps = cp.asarray(np.frombuffer(maps, dtype=np.uint8))
-        ws = (cp_, xs, ws_, dmaps)
+                                   [ck * k, 8, 8, 1]) for a, (dt, k) in zip(xs, self.formats(params)))
+        ws = (cp_, xs, cp.asarray(np.frombuffer(maps, dtype=np.uint8)))
         self._workspaces[key] = ws
         return ws
+
+    def formats(self, params: dict) -> list[tuple[int, int]]:
+        if self.mode == 0 and self.bf16(params):
+            return [(_DT_BFLOAT16, 1)]
+        return self._formats()
+
+    def weight_blocks(self, shape: ConvPoolShape) -> int:
+        return (self.padded_channels(shape) // 32) * shape.M
+
+    def packed_weights(self, shape: ConvPoolShape, params: dict) -> "PackedWeights":
+        """Empty packed-weight planes for ``shape`` in ``params``' format, with their TMA descriptors."""
+        import cupy as cp
+        import numpy as np
+
+        self._require_hopper()
+        M, K = shape.M, shape.K
+        cp_, e = self.padded_channels(shape), self.esize()
+        planes = [cp.empty(M * K * K * cp_, dtype=self._store()) for _ in range(self.planes())]
+        maps = b"".join(tensor_map(a.data.ptr, dt, [K * K * cp_ * k, M], [K * K * cp_ * e], [(128 // e) * k, self.bn()])
+                        for a, (dt, k) in zip(planes, self.formats(params)))
+        return PackedWeights(planes, cp.asarray(np.frombuffer(maps, dtype=np.uint8)))
+
+    def pack_weights(self, packed: "PackedWeights", w, shape: ConvPoolShape, params: dict, stream=None) -> None:
+        """Launch the pack kernel on the weight blocks alone (B = 0: no input blocks)."""
+        import numpy as np
+
+        pack = self.kernel("hopper_pack", params, shape)
+        i32 = np.int32
+        pack((self.weight_blocks(shape),), (PACK_THREADS,),
+             (NULL, NULL, packed.planes[0], packed.planes[-1], NULL, w, NULL,
+              *map(i32, (0, shape.C, shape.H, shape.W, shape.M, self.padded_channels(shape), 0))), stream=stream)
+
+    def prepare_weights(self, w, params: dict | None = None) -> "PreparedWeights":
+        """``w`` (CuPy float32 (M, C, K, K)) packed once for this step: see ``PreparedWeights``."""
+        return PreparedWeights(self, w, self.params(**(params or {})))
+
+    def cached_weights(self, w, shape: ConvPoolShape, params: dict, stream=None) -> "PackedWeights":
+        """The packed copy of a raw weight array, made on its first call (see the module's notes)."""
+        import cupy as cp
+
+        cache = self._weight_cache
+        key = (cp.cuda.Device().id, w.data.ptr, tuple(w.shape), shape.C, self.bf16(params))
+        packed = cache.get(key)
+        if packed is not None:
+            cache.move_to_end(key)
+            return packed
+        packed = self.packed_weights(shape, params)
+        packed.snapshot = cp.empty_like(w)
+        packed.snapshot.data.copy_from_device_async(w.data, w.nbytes, stream)
+        self.pack_weights(packed, w, shape, params, stream)
+        cache[key] = packed
+        while len(cache) > WEIGHT_CACHE:
+            cache.popitem(last=False)
+        return packed
 
     def prepare(self, params, problem):
         for name in self.kernel_names:
@@ -205,18 +279,71 @@ class HopperStep(VggStep):
     def launch(self, y, x, w, b, shape, params, stream=None):
         import numpy as np
 
-        cp_, xs, ws_, dmaps = self.workspace(shape, params)
+        cp_, xs, xmaps = self.workspace(shape, params)
         pack = self.kernel("hopper_pack", params, shape)
         main = self.kernel("hopper_conv_pool", params, shape)
         smem = self.smem_bytes()
         main.max_dynamic_shared_size_bytes = smem
         grid, block, _ = self.geometry(shape, params)
         i32 = np.int32
-        pack((self.pack_blocks(shape),), (PACK_THREADS,),
-             (xs[0], xs[-1], ws_[0], ws_[-1], x, w, *map(i32, (shape.B, shape.C, shape.H, shape.W, shape.M, cp_))),
-             stream=stream)
-        main(grid, block, (y, b, dmaps, *map(i32, (shape.B, shape.H, shape.W, shape.M, cp_))), shared_mem=smem,
-             stream=stream)
+        n_in = self.pack_blocks(shape) - self.weight_blocks(shape)
+        if isinstance(w, PreparedWeights):
+            packed, raw, snapshot, blocks = w.packed(self, shape, params, stream), NULL, NULL, n_in
+        else:
+            packed = self.cached_weights(w, shape, params, stream)
+            raw, snapshot, blocks = w, packed.snapshot, n_in + self.weight_blocks(shape)
+        pack((blocks,), (PACK_THREADS,),
+             (xs[0], xs[-1], packed.planes[0], packed.planes[-1], x, raw, snapshot,
+              *map(i32, (shape.B, shape.C, shape.H, shape.W, shape.M, cp_, 0))), stream=stream)
+        main(grid, block, (y, b, xmaps, packed.maps, *map(i32, (shape.B, shape.H, shape.W, shape.M, cp_))),
+             shared_mem=smem, stream=stream)
+
+
+class PackedWeights:
+    """Packed weight planes ([m][kh][kw][c], the step's operand format) and their TMA descriptors;
+    ``snapshot``: for a raw array's cache entry, the copy of ``w`` they were packed from."""
+
+    def __init__(self, planes, maps):
+        self.planes, self.maps, self.snapshot = planes, maps, None
+
+
+class PreparedWeights:
+    """A weight set packed once for one Hopper step (11-14); pass it as ``w`` to ``vgg.forward``.
+
+    Made by ``vgg.prepare_weights(w, step)``: it keeps a copy of ``w`` taken when it was made and
+    packs it at once for the step's operand format (``params``, default the step's defaults; another
+    format, e.g. step 12's ``operand="bf16"``, is packed from the copy on first use). A call with it
+    launches the input's pack and the GEMM only. Later changes to the caller's ``w`` do not reach
+    it (the contract): prepare the new weights instead."""
+
+    def __init__(self, step: HopperStep, w, params: dict):
+        from . import check_weights
+
+        check_weights(w)
+        self.slug = step.slug
+        self.w_shape = tuple(int(v) for v in w.shape)
+        self.source = w.copy()
+        self._packed: dict = {}
+        self.packed(step, self.shape(1, 2, 2), params)
+
+    def shape(self, B: int, H: int, W: int) -> ConvPoolShape:
+        M, C, K, _ = self.w_shape
+        return ConvPoolShape(B, C, H, W, M, K)
+
+    def packed(self, step: HopperStep, shape: ConvPoolShape, params: dict, stream=None) -> PackedWeights:
+        import cupy as cp
+
+        if step.slug != self.slug:
+            raise ParameterError(f"These weights were prepared for step {self.slug!r}, not {step.slug!r}.",
+                                 f"prepare them for it: vgg.prepare_weights(w, step={step.slug!r}).")
+        key = (cp.cuda.Device().id, step.bf16(params))
+        found = self._packed.get(key)
+        if found is None:
+            step.kernel("hopper_pack", params, shape)   # compile before anything is launched
+            found = step.packed_weights(shape, params)
+            step.pack_weights(found, self.source, shape, params, stream)
+            self._packed[key] = found
+        return found
 
 
 class HopperTF32(HopperStep):
@@ -256,6 +383,7 @@ class Hopper3xTF32(HopperStep):
     math = "3xtf32"
     precision = "3xtf32"
     tolerance = 1e-5
+    range_test = True   # its correctness table holds the range test (vgg.run.range_cases)
 
 
 class HopperSplit(HopperStep):
@@ -265,3 +393,4 @@ class HopperSplit(HopperStep):
     math = "tf32+2xbf16"
     precision = "3xtf32"
     tolerance = 1e-5
+    range_test = True

@@ -1,9 +1,10 @@
 """The VGG layer's problem as the core harness asks for it (``kernelbook.harness`` runs the loops).
 
 - ``check_cases``    random small shapes (odd and even H and W, C and M not multiples of 16, K in
-                     1, 3, 5, 7), plus the full layer (B=1) checked at sampled pooled positions
-                     against float64 (``reference_at``; the whole layer in float64 on a CPU would
-                     take minutes)
+                     1, 3, 5, 7), the range test for steps that claim FP32 accuracy over FP32's
+                     range (``range_test``), plus the full layer (B=1) checked at sampled pooled
+                     positions against float64 (``reference_at``; the whole layer in float64 on a
+                     CPU would take minutes)
 - ``vendor_runs``    cuDNN through PyTorch: conv2d + bias, ReLU, max_pool2d in FP32, TF32, FP16,
                      each with NCHW tensors and with channels_last (NHWC) tensors
 
@@ -19,6 +20,7 @@ from .. import harness
 from ..errors import ParameterError
 from ..measure import torch_flags
 from .problem import CASES, ConvPoolShape
+from .problem import case as studied
 from .reference import reference, reference_at
 
 SAMPLED_POSITIONS = 96       # pooled outputs checked against float64 on the full layer
@@ -58,11 +60,34 @@ def random_shapes(n: int, rng: np.random.Generator) -> list[ConvPoolShape]:
     return shapes
 
 
+#: The FP32-range test of a step that claims FP32 accuracy (``range_test = True``): inputs and
+#: weights scaled by 1e-6 and 1e6 independently, and tensors whose every element is scaled by
+#: 10^U(-6, 6), on one small shape; each is a row of the step's correctness table.
+RANGE_SHAPE = ConvPoolShape(1, 40, 24, 36, 48, 5)
+RANGE_SCALES = ((1e-6, 1e-6), (1e-6, 1e6), (1e6, 1e-6), (1e6, 1e6), "mixed")
+
+
+def range_cases(rng: np.random.Generator) -> list[harness.CheckCase]:
+    out = []
+    for scale in RANGE_SCALES:
+        x, w, b = random_inputs(RANGE_SHAPE, rng)
+        if scale == "mixed":
+            x = (x * 10.0 ** rng.uniform(-6, 6, x.shape)).astype(np.float32)
+            w = (w * 10.0 ** rng.uniform(-6, 6, w.shape)).astype(np.float32)
+            label = "range test: every element of x and w scaled by 10^U(-6, 6)"
+        else:
+            sx, sw = scale
+            x, w, b = (x * sx).astype(np.float32), (w * sw).astype(np.float32), (b * sx * sw).astype(np.float32)
+            label = f"range test: x scaled by {sx:g}, w by {sw:g}"
+        out.append(harness.CheckCase(label, RANGE_SHAPE, (x, w, b), lambda x=x, w=w, b=b: reference(x, w, b)))
+    return out
+
+
 def _resolve_case(case) -> tuple[str, ConvPoolShape]:
-    if isinstance(case, ConvPoolShape):
-        return f"B{case.B}" if case == CASES.get(f"B{case.B}") else "custom", case
+    if isinstance(case, ConvPoolShape):   # the studied layer at any batch size is "B<n>"
+        return f"B{case.B}" if case == studied(case.B) else "custom", case
     if case not in CASES:
-        raise ParameterError(f"Unknown case {case!r}.", f"use one of: {', '.join(CASES)}.")
+        raise ParameterError(f"Unknown case {case!r}.", f"use one of: {', '.join(CASES)}, or a ConvPoolShape.")
     return case, CASES[case]
 
 
@@ -73,6 +98,8 @@ def check_cases(impl, params: dict, n_random: int, rng: np.random.Generator, ful
     for i, shape in enumerate(random_shapes(n_random, rng)):
         x, w, b = random_inputs(shape, rng)
         out.append(harness.CheckCase(f"random-{i}", shape, (x, w, b), lambda x=x, w=w, b=b: reference(x, w, b)))
+    if getattr(impl, "range_test", False):
+        out.extend(range_cases(rng))
     if full_case:
         name, shape = _resolve_case(full_case)
         x, w, b = random_inputs(shape, rng)

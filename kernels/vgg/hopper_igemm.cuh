@@ -7,8 +7,9 @@
 //   stride of gridDim.x) and bias + ReLU + 2x2 max-pool in registers: only the pooled y is stored.
 //
 // The GEMM: rows = pre-pool output pixels, columns = output channels m, reduction index
-// k = (kh, kw, c) with c fastest. Its operands come from two packed copies, written per call by
-// the pack kernel below (one launch, timed as part of the call):
+// k = (kh, kw, c) with c fastest. Its operands come from two packed copies written by the pack
+// kernel below: the input's on every call (timed as part of the call), the weights' once per
+// weight set (kernelbook/vgg/hopper.py keeps them; see the pack kernel for the three launches):
 //   xp[n][h][w][c]        the input in NHWC, channels zero-padded to Cp (a multiple of 64)
 //   wp[m][kh][kw][c]      the weights K-major: for one m the reduction index runs contiguously
 // A block tile is 8 x 16 pre-pool pixels (rows h0..h0+7, columns w0..w0+15) x BN channels. For
@@ -93,10 +94,10 @@ constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;   // 128*40 + 256*232 <= 
 // Blocks of a cluster (HOPPER_CLUSTER = 1 or 2) work on neighbouring pixel tiles with the same
 // output channels: each loads 1/CL of the weight tile and the TMA unit multicasts it to all of
 // them, so the weights cross from L2 once per cluster instead of once per block. The steps use
-// CL = 1: in the exploration (scripts/wip/vgg/NOTES.md) a persistent grid of 66 two-block
-// clusters ran about 2x slower than 132 single blocks -- fewer clusters than that fit at once,
-// so the last ones ran after the rest; with the grid sized from cuOccupancyMaxActiveClusters
-// it is untested.
+// CL = 1: in development (kernels/vgg/NOTES.md, attempts 2 and 6) a persistent grid of 66
+// two-block clusters ran about 2x slower than 132 single blocks at every precision, although
+// cuOccupancyMaxActiveClusters reports all 66 clusters resident (no second wave); the cause is
+// not measured.
 constexpr int CL = HOPPER_CLUSTER;
 static_assert(CL == 1 || CL == 2, "HOPPER_CLUSTER must be 1 or 2");
 constexpr int B_PART_ROWS = BN / CL;            // weight rows each block of a cluster loads
@@ -396,16 +397,23 @@ __device__ __forceinline__ void put2(elem_t* big, void* second, size_t row, int 
 
 }  // namespace hopper
 
-// One launch packs both operands (Cp: C rounded up to 64, zeros past C):
-//   blocks [0, n_in):  xp[n][h][w][c] = x[n][c][h][w] for 64 channels x 32 columns of one input
+// The pack kernel (Cp: C rounded up to 64, zeros past C). Block blk = blockIdx.x + first_block:
+//   blk in [0, n_in):  xp[n][h][w][c] = x[n][c][h][w] for 64 channels x 32 columns of one input
 //                      row, through shared memory: reads coalesced along w, writes along c
 //                      (two channels per thread, one 4- or 8-byte store per plane);
-//   blocks [n_in, ..): wp[m][kh][kw][c] = w[m][c][kh][kw] for 32 channels of one m: the
+//   blk >= n_in:       wp[m][kh][kw][c] = w[m][c][kh][kw] for 32 channels of one m: the
 //                      32*K*K floats are contiguous in w, read once, written K*K runs of 32.
+// Three ways to launch it (kernelbook/vgg/hopper.py):
+//   input only        grid n_in, first_block 0      the weights were packed once (a prepared set)
+//   weights only      grid n_w, B = 0 (n_in = 0)    packing a weight set once, outside the timed call
+//   both, verified    grid n_in + n_w, wsnap set    raw weights cached by address: each weight block
+//                     compares its 32*K*K floats with the snapshot taken when they were packed
+//                     (bit for bit) and repacks them, updating the snapshot, only if they changed,
+//                     so a weight array changed in place is never used stale.
 extern "C" __global__ void __launch_bounds__(256)
 hopper_pack(hopper::elem_t* __restrict__ xb, void* __restrict__ xs, hopper::elem_t* __restrict__ wb,
             void* __restrict__ ws, const float* __restrict__ x, const float* __restrict__ w,
-            int B, int C, int H, int W, int M, int Cp)
+            float* __restrict__ wsnap, int B, int C, int H, int W, int M, int Cp, int first_block)
 {
     using hopper::KK;
     constexpr int SBUF = 32 * KK > 32 * 65 ? 32 * KK : 32 * 65;
@@ -413,7 +421,7 @@ hopper_pack(hopper::elem_t* __restrict__ xb, void* __restrict__ xs, hopper::elem
     const int tid = threadIdx.x, tx = tid % 32, ty = tid / 32;
     const int tiles_w = (W + 31) / 32, groups = Cp / 64;
     const long long n_in = (long long)tiles_w * groups * B * H;
-    const long long blk = blockIdx.x;
+    const long long blk = (long long)blockIdx.x + first_block;
     if (blk < n_in) {
         const int wt = (int)(blk % tiles_w);
         const long long rest = blk / tiles_w;
@@ -438,9 +446,19 @@ hopper_pack(hopper::elem_t* __restrict__ xb, void* __restrict__ xs, hopper::elem
         const int chunks = Cp / 32;
         const int c0 = (int)(j % chunks) * 32;
         const size_t m = (size_t)(j / chunks);
-        const float* src = w + (m * C + c0) * KK;
-        for (int i = tid; i < 32 * KK; i += 256) sbuf[i] = (c0 + i / KK < C) ? src[i] : 0.f;
-        __syncthreads();
+        const size_t off = (m * C + c0) * KK;
+        const int valid = (C - c0 < 32 ? C - c0 : 32) * KK;   // floats of w in this block
+        int diff = 0;
+        for (int i = tid; i < 32 * KK; i += 256) {
+            const float v = i < valid ? w[off + i] : 0.f;
+            sbuf[i] = v;
+            if (wsnap != nullptr && i < valid && __float_as_uint(v) != __float_as_uint(wsnap[off + i])) diff = 1;
+        }
+        const int changed = __syncthreads_or(diff);
+        if (wsnap != nullptr) {
+            if (!changed) return;                             // packed copy still matches w
+            for (int i = tid; i < valid; i += 256) wsnap[off + i] = sbuf[i];
+        }
         for (int i = tid; i < 16 * KK; i += 256) {
             const int kk = i / 16, c = 2 * (i % 16);
             hopper::put2<true>(wb, ws, m * KK + kk, Cp, c0 + c, sbuf[c * KK + kk], sbuf[(c + 1) * KK + kk]);
@@ -465,12 +483,13 @@ __device__ __forceinline__ Tile decode_tile(int u, int rank, int nblk, int tiles
     return t;
 }
 
-// maps: PLANES tensor maps of xp (4-D: Cp, W, H, B; box CK x 8 x 8 x 1) then PLANES of wp
-// (2-D: K*K*Cp, M; box CK x BN/CL), 128 bytes each, in global memory, written before the launch.
+// xmaps: PLANES tensor maps of xp (4-D: Cp, W, H, B; box CK x 8 x 8 x 1); wmaps: PLANES of wp
+// (2-D: K*K*Cp, M; box CK x BN/CL); 128 bytes each, 64-byte aligned, in global memory, written
+// before the launch (the weights' maps live with the packed weights, which may be prepared once).
 // Grid: a multiple of CL blocks (one per SM at most); block: 384 threads; dynamic smem SMEM_BYTES.
 extern "C" __global__ void __launch_bounds__(hopper::THREADS, 1) __cluster_dims__(hopper::CL, 1, 1)
-hopper_conv_pool(float* __restrict__ y, const float* __restrict__ bias, const uint8_t* __restrict__ maps,
-                 int B, int H, int W, int M, int Cp)
+hopper_conv_pool(float* __restrict__ y, const float* __restrict__ bias, const uint8_t* __restrict__ xmaps,
+                 const uint8_t* __restrict__ wmaps, int B, int H, int W, int M, int Cp)
 {
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
@@ -502,8 +521,8 @@ hopper_conv_pool(float* __restrict__ y, const float* __restrict__ bias, const ui
         // ---------------------------------------------------------------- producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
         if (t == 0) {
-            const uint64_t mx = reinterpret_cast<uint64_t>(maps);
-            const uint64_t mw = mx + 128 * PLANES;
+            const uint64_t mx = reinterpret_cast<uint64_t>(xmaps);
+            const uint64_t mw = reinterpret_cast<uint64_t>(wmaps);
             int it = 0;
             for (int u = unit0; u < units; u += unit_step) {
                 const Tile tl = decode_tile(u, rank, nblk, tiles_x, tiles_y);
