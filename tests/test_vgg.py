@@ -337,9 +337,9 @@ def test_batch_sweep_table_and_figure_from_records():
         return SimpleNamespace(found=True, records=records, session=SimpleNamespace(run=SimpleNamespace(run_id="R1")))
 
     flops = {b: CASES["B1"].flops * int(b[1:]) for b in sweeps.BATCHES}
-    steps = {step: found([{"metric": "op_time_ms", "batch": int(b[1:]), "value": 1.0 * int(b[1:]), "flops": flops[b],
+    steps = {step: found([{"metric": "op_time_ms", "size": int(b[1:]), "value": 1.0 * int(b[1:]), "flops": flops[b],
                            "status": "ok"} for b in sweeps.BATCHES]) for step in sweeps.BATCH_STEPS}
-    library = found([{"metric": "op_time_ms", "variant": v, "batch": int(b[1:]), "value": 2.0 * int(b[1:]),
+    library = found([{"metric": "op_time_ms", "step": v, "size": int(b[1:]), "value": 2.0 * int(b[1:]),
                       "flops": flops[b]} for v in sweeps.BATCH_STEPS.values() for b in sweeps.BATCHES])
     rows = sweeps._rows(steps, library)
     assert len(rows) == 2 * len(sweeps.BATCH_STEPS) * len(sweeps.BATCHES)

@@ -91,11 +91,11 @@ def _rows(steps, vendor) -> list[dict]:
     for step, result in steps.items():
         for r in result.records if result.found else []:
             if r["metric"] == "op_time_ms":
-                rows.append({"what": step, "batch": r["batch"], "ms": r["value"], "flops": r.get("flops"),
+                rows.append({"what": step, "batch": r["size"], "ms": r["value"], "flops": r.get("flops"),
                              "status": r.get("status", "ok"), "run": result.session.run.run_id})
     for r in vendor.records if vendor.found else []:
-        if r["metric"] == "op_time_ms" and r["variant"] in BATCH_STEPS.values():
-            rows.append({"what": r["variant"], "batch": r["batch"], "ms": r["value"], "flops": r.get("flops"),
+        if r["metric"] == "op_time_ms" and r["step"] in BATCH_STEPS.values():
+            rows.append({"what": r["step"], "batch": r["size"], "ms": r["value"], "flops": r.get("flops"),
                          "status": "ok", "run": vendor.session.run.run_id})
     for row in rows:
         row["tflops"] = row["flops"] / (row["ms"] * 1e9) if row["ms"] and row["flops"] else None
