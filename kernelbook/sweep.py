@@ -148,12 +148,19 @@ def measure_sweep(study, sweep: Sweep, sizes: list, repeats: int, warmup: int, s
         for case, size in pairs:
             fields = {"config": config, "config_label": label, "status": refused.get((case, size), verdicts[case])}
             value = timed.get((case, size))
+            if isinstance(value, dict):  # the timing's spread travels with its median
+                fields.update({k: v for k, v in value.items() if k != "value"})
+                value = value["value"]
             if verdicts[case] == "ok":
                 shape = study.problem(case, study.size_of(case, size))
                 fields.update(flops=shape.flops, min_bytes=shape.min_bytes)
             records.append(results.record(study.name, impl.slug, case, study.size_of(case, size) if size is not None
                                           else None, sweep.metric, value, unit="ms", **fields))
     return records
+
+
+#: What a sweep's record keeps of a timing besides its median: the spread and how it was timed.
+SPREAD = ("min", "max", "samples", "timing")
 
 
 def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, warmup, options, timer):
@@ -167,8 +174,14 @@ def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, w
     def pick(records, case, size):
         batch = study.size_of(case, size)
         for r in records:
+<<<<<<< HEAD
             if r["metric"] == sweep.metric and r["layer"] == case and (size is None or r["size"] == batch):
                 return r["value"]
+=======
+            if r["metric"] == sweep.metric and r["layer"] == case and (size is None or r["size"] == batch):
+                spread = {k: r[k] for k in SPREAD if r.get(k) is not None}
+                return {"value": r["value"], **spread} if spread else r["value"]
+>>>>>>> main
         raise LookupError(sweep.metric)
 
     wanted = [(case, size) for case, size in pairs if case in ok]

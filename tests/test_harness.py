@@ -281,6 +281,8 @@ def test_a_sweep_checks_then_times_each_configuration_records_refusals_and_repla
     assert all(s.startswith("refused: n=") and v is None for (limit, _, _), (s, v) in rows.items() if limit == 4)
     assert rows[(16, "short", 3)][0] == "ok" and rows[(16, "short", 3)][1] is not None
     assert rows[(16, "long", 2)][0].startswith("refused") and rows[(16, "long", 2)][1] is None
+    timed = [r for r in got.records if r["value"] is not None]  # each keeps its spread and how it was timed
+    assert timed and all(r["min"] <= r["value"] <= r["max"] and r["timing"] == "cuda-graph" for r in timed)
     # only the step's own launches (graph-captured), only where the check passed: limit=16 short
     # at 2 sizes, limit=64 both cases at 2 sizes; no per-size extras (the toy's size_time_ms)
     assert len(TIMED) == sum(t["graph"] for t in TIMED) == 2 + 2 * 2

@@ -91,7 +91,8 @@ def _rows(steps, vendor) -> list[dict]:
     for step, result in steps.items():
         for r in result.records if result.found else []:
             if r["metric"] == "op_time_ms":
-                rows.append({"what": step, "batch": r["size"], "ms": r["value"], "flops": r.get("flops"),
+                batch = r.get("size") or int(str(r["layer"])[1:])  # the sweep's cases are "B<n>"
+                rows.append({"what": step, "batch": batch, "ms": r["value"], "flops": r.get("flops"),
                              "status": r.get("status", "ok"), "run": result.session.run.run_id})
     for r in vendor.records if vendor.found else []:
         if r["metric"] == "op_time_ms" and r["step"] in BATCH_STEPS.values():
@@ -142,7 +143,7 @@ def batch_figure(steps, vendor):
     import matplotlib.pyplot as plt
 
     message = _not_recorded(steps, vendor)
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.8))
     if message:
         ax.axis("off")
         ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=9, wrap=True)
@@ -161,7 +162,8 @@ def batch_figure(steps, vendor):
     ax.set_ylabel("TFLOP/s (direct-convolution FLOPs)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="lower right")
+    # the key under the axes, so that no curve hides behind it
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
     runs = sorted({r["run"] for r in rows})
     fig.text(0.01, 0.005, f"run(s) {', '.join(runs)}", fontsize=7, color="0.35")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
