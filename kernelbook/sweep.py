@@ -174,14 +174,9 @@ def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, w
     def pick(records, case, size):
         batch = study.size_of(case, size)
         for r in records:
-<<<<<<< HEAD
-            if r["metric"] == sweep.metric and r["layer"] == case and (size is None or r["size"] == batch):
-                return r["value"]
-=======
             if r["metric"] == sweep.metric and r["layer"] == case and (size is None or r["size"] == batch):
                 spread = {k: r[k] for k in SPREAD if r.get(k) is not None}
                 return {"value": r["value"], **spread} if spread else r["value"]
->>>>>>> main
         raise LookupError(sweep.metric)
 
     wanted = [(case, size) for case, size in pairs if case in ok]
