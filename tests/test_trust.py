@@ -241,6 +241,15 @@ def test_the_reason_a_page_replays_is_plain_words(results_root, monkeypatch):
 class _Stream:
     def __init__(self, ptr, done):
         self.ptr, self.done = ptr, done
+        self.recorded, self.waited = [], []
+
+    def record(self):
+        event = ("event", self.ptr, len(self.recorded))
+        self.recorded.append(event)
+        return event
+
+    def wait_event(self, event):
+        self.waited.append(event)
 
 
 class _Array:
@@ -261,19 +270,23 @@ class _Module:
         return Symbol()
 
 
-def test_constant_memory_shared_by_streams_is_refused_while_another_stream_may_read_it():
+def test_constant_memory_shared_by_streams_is_ordered_after_another_stream_that_may_read_it():
     from kernelbook.kernels import upload_constant
 
     module, a, b = _Module(), _Stream(1, done=False), _Stream(2, done=False)
     upload_constant(module, "k_const", _Array(100), 64, a)
-    upload_constant(module, "k_const", _Array(100), 64, a)          # same stream: ordered, fine
+    upload_constant(module, "k_const", _Array(100), 64, a)          # same stream: ordered, nothing to wait for
     upload_constant(module, "k_const", _Array(100), 64, b)          # same weights: nothing changes
-    with pytest.raises(ParameterError, match="constant memory") as info:
-        upload_constant(module, "k_const", _Array(200), 64, a)      # other weights while b is busy
-    assert "synchronise" in info.value.fix
+    assert a.waited == [] and b.waited == []
+    upload_constant(module, "k_const", _Array(200), 64, a)          # other weights while b is busy
+    assert a.waited == b.recorded and len(b.recorded) == 1          # ... copied only after b's queued work
     b.done = True
-    upload_constant(module, "k_const", _Array(200), 64, a)          # b has finished: safe
-    assert len(module.copies) == 4
+    upload_constant(module, "k_const", _Array(300), 64, b)          # a is busy: b waits for a
+    assert b.waited == a.recorded and len(a.recorded) == 1
+    a.done = True
+    upload_constant(module, "k_const", _Array(400), 64, a)          # b has finished: no wait
+    assert len(a.waited) == 1
+    assert len(module.copies) == 6
 
 
 # ----------------------------------------------------------------------------- replay warnings
