@@ -32,7 +32,8 @@ def test_poison_catches_an_unwritten_element(monkeypatch):
     monkeypatch.setattr(impl, "launch", lazy_launch)
     found = harness.check_step(STUDY, impl, impl.params(), 0, 0)  # the network's two layers, at least
     assert {"C1", "C3"} <= {c.label for c in found}
-    assert all(not c.passed and c.unwritten == 1 for c in found)
+    missed = [(c.label, c.passed, c.unwritten, c.error) for c in found if c.passed or c.unwritten != 1]
+    assert not missed, missed
 
 
 def test_conv_forward_rejects_host_arrays_and_wrong_out():
