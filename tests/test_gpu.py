@@ -25,8 +25,8 @@ def test_poison_catches_an_unwritten_element(monkeypatch):
     impl = lenet.get_variant("baseline")
     real_launch = impl.launch
 
-    def lazy_launch(y, x, k, shape, params, stream=None):
-        real_launch(y, x, k, shape, params, stream)
+    def lazy_launch(y, *operands_shape_params, **options):
+        real_launch(y, *operands_shape_params, **options)
         y[-1, -1, -1, -1] = np.nan  # as if the last thread never wrote
 
     monkeypatch.setattr(impl, "launch", lazy_launch)
