@@ -337,8 +337,9 @@ def test_batch_sweep_table_and_figure_from_records():
         return SimpleNamespace(found=True, records=records, session=SimpleNamespace(run=SimpleNamespace(run_id="R1")))
 
     flops = {b: CASES["B1"].flops * int(b[1:]) for b in sweeps.BATCHES}
-    steps = {step: found([{"metric": "op_time_ms", "size": int(b[1:]), "value": 1.0 * int(b[1:]), "flops": flops[b],
-                           "status": "ok"} for b in sweeps.BATCHES]) for step in sweeps.BATCH_STEPS}
+    # as the core's sweep records them: the case names the batch ("B4"), the size is empty
+    steps = {step: found([{"metric": "op_time_ms", "layer": b, "size": None, "value": 1.0 * int(b[1:]),
+                           "flops": flops[b], "status": "ok"} for b in sweeps.BATCHES]) for step in sweeps.BATCH_STEPS}
     library = found([{"metric": "op_time_ms", "step": v, "size": int(b[1:]), "value": 2.0 * int(b[1:]),
                       "flops": flops[b]} for v in sweeps.BATCH_STEPS.values() for b in sweeps.BATCHES])
     rows = sweeps._rows(steps, library)
@@ -347,6 +348,10 @@ def test_batch_sweep_table_and_figure_from_records():
     assert all(abs(r["tflops"] - CASES["B1"].flops / 1e9) < 1e-6 for r in ours)   # 1 ms per image
     html = sweeps.batch_table(steps, library).to_html()
     assert "cudnn-fp32-channels-last" in html and "B=16" in html and "TFLOP/s" in html
+    tf32 = sweeps.batch_table(steps, library).data.set_index("Kernel").loc["hopper-tf32"]
+    assert list(tf32) == [f"{CASES['B1'].flops / 1e9:.0f}"] * len(sweeps.BATCHES)
+    times = sweeps.batch_table(steps, library, "time").data.set_index("Kernel")
+    assert times.loc["hopper-tf32", "B=16"] == "16.000 ms" and times.loc["cudnn-fp16-channels-last", "B=2"] == "4.000 ms"
     assert len(sweeps.batch_figure(steps, library).axes[0].lines) == 6
     empty = SimpleNamespace(found=False, records=[], session=None)
     assert "not recorded yet" in sweeps.batch_table({s: empty for s in sweeps.BATCH_STEPS}, empty).to_html()

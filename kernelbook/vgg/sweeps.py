@@ -110,12 +110,17 @@ def _not_recorded(steps, vendor) -> str | None:
     return None
 
 
-def batch_table(steps, vendor):
-    """Time and TFLOP/s per batch size: each step beside cuDNN channels_last at its precision."""
+def batch_table(steps, vendor, what: str = "tflops"):
+    """Each step beside cuDNN channels_last at its precision, per batch size: TFLOP/s
+    (``what="tflops"``) or the median time per call (``what="time"``), one short number per cell
+    so that every batch size fits the page's width."""
     import pandas as pd
 
+    from ..errors import ParameterError
     from ..report import format_ms, message_table, styled
 
+    if what not in ("tflops", "time"):
+        raise ParameterError(f"batch_table shows 'tflops' or 'time', not {what!r}.", "pass what='tflops' or what='time'.")
     message = _not_recorded(steps, vendor)
     if message:
         return message_table(message, "Batch sweep")
@@ -128,13 +133,17 @@ def batch_table(steps, vendor):
                 found = [r for r in rows if r["what"] == name and r["batch"] == batch]
                 if not found or found[0]["ms"] is None:
                     row[f"B={batch}"] = found[0]["status"] if found else "not recorded"
+                elif what == "time":
+                    row[f"B={batch}"] = format_ms(found[0]["ms"])
                 else:
-                    row[f"B={batch}"] = f"{format_ms(found[0]['ms'])} · {found[0]['tflops']:.0f} TFLOP/s"
+                    row[f"B={batch}"] = f"{found[0]['tflops']:.0f}" if found[0]["tflops"] else "–"
             out.append(row)
     runs = sorted({r["run"] for r in rows})
-    return styled(pd.DataFrame(out), "Median time per call and TFLOP/s (direct-convolution FLOPs) against the "
-                                     "batch size; each Hopper step above cuDNN with channels_last tensors at its "
-                                     f"precision (FP32-accurate beside cuDNN FP32). Run(s): {', '.join(runs)}.")
+    shown = ("Median time per call" if what == "time" else
+             "TFLOP/s (direct-convolution FLOPs over the median time per call)")
+    return styled(pd.DataFrame(out), f"{shown} against the batch size; each Hopper step above cuDNN with "
+                                     "channels_last tensors at its precision (FP32-accurate beside cuDNN FP32). "
+                                     f"Run(s): {', '.join(runs)}.")
 
 
 def batch_figure(steps, vendor):
