@@ -33,13 +33,14 @@ class Named:
 
 
 class FakeKernel:
-    def __init__(self, log, name, defines):
-        self.log, self.name, self.defines = log, name, defines
+    def __init__(self, log, name, defines, source=None):
+        self.log, self.name, self.defines, self.source = log, name, defines, source
         self.max_dynamic_shared_size_bytes = None
 
     def __call__(self, grid, block, args, shared_mem=0, stream=None, **kwargs):
         self.log.append({
             "kernel": self.name,
+            **({"source": self.source} if self.source is not None else {}),
             "defines": {k: v if isinstance(v, (int, str)) else repr(v) for k, v in sorted(self.defines.items())},
             "grid": [int(g) for g in grid], "block": [int(b) for b in block],
             "shared_mem": int(shared_mem),
@@ -58,9 +59,30 @@ def encode(arg):
     return f"?{type(arg).__name__}:{arg!r}"
 
 
-def _patch(impl, log, monkeypatch, compiled):
+#: Steps whose own ``kernel()`` runs in the recording (it opts in to shared memory itself): the
+#: compiler (``kernels.get_kernel``) is replaced instead, so the table holds the ``.cu`` file, the
+#: defines as compiled and whatever the step sets on the kernel before it launches.
+OWN_KERNEL = {("mlp", "tensor-core-3xtf32"), ("mlp", "tensor-core-fp16"), ("mlp", "final"),
+              ("mlp", "fp32-register-tiled")}
+
+
+def _patch_compiler(log, monkeypatch, compiled):
+    from kernelbook import kernels
+
+    def get_kernel(source, name, defines=None, arch=None):
+        compiled.append(name)
+        return FakeKernel(log, name, dict(defines or {}), source if arch is None else f"{source}@{arch}")
+
+    monkeypatch.setattr(kernels, "get_kernel", get_kernel)
+
+
+def _patch(impl, log, monkeypatch, compiled, own_kernel=False):
     """Replace every way ``impl`` reaches the GPU: its kernels (each one fetched is named in
     ``compiled``), scratch and workspaces."""
+    if own_kernel:
+        _patch_compiler(log, monkeypatch, compiled)
+        return
+
     def kernel(name, params, problem, impl=impl):
         compiled.append(name)
         return FakeKernel(log, name, impl.defines(params, problem))
@@ -122,6 +144,15 @@ def mlp_cases():
         "best": [{}, {"small": "coalesced-weights", "large": "better-occupancy", "switch_columns": 4096},
                  {"small": "better-occupancy", "large": "coalesced-weights", "switch_columns": 33, "blocks_per_sm": 2},
                  {"small": "nope"}],
+        "tensor-core-3xtf32": [{}, {"warps": 8, "m_tiles": 1, "blocks_per_sm": 1}, {"warps": 1, "blocks_per_sm": 32},
+                               {"warps": 9}, {"m_tiles": 3}, {"blocks_per_sm": 0}],
+        "tensor-core-fp16": [{}, {"warps": 1, "m_tiles": 1, "blocks_per_sm": 32}, {"warps": 0}],
+        "final": [{}, {"small_kernel": "3xtf32", "switch_columns": 4096},
+                  {"large_kernel": "3xtf32", "large_warps": 2, "large_m_tiles": 1, "large_blocks_per_sm": 3,
+                   "small_warps": 8, "small_m_tiles": 1, "switch_columns": 33},
+                  {"small_kernel": "nope"}, {"switch_columns": 0}, {"large_m_tiles": 3}],
+        "fp32-register-tiled": [{}, {"warps": 8, "ring": 8}, {"warps": 1, "ring": 2, "blocks_per_sm": 32},
+                                {"ring": 3}, {"warps": 9}],
     }
     for slug, overrides in variations.items():
         for over in overrides:
@@ -210,7 +241,7 @@ def _operands(study):
         from kernelbook.mlp.impls import PreparedWeights
 
         raw = tuple(Named(n) for n in ("W1", "b1", "W2", "b2", "W3", "b3"))
-        extra = {n: Named(n) for n in ("w1p", "w2p", "w3p", "w1q", "w2q", "w3q", "packed")}
+        extra = {n: Named(n) for n in ("w1p", "w2p", "w3p", "w1q", "w2q", "w3q", "packed", "split")}
         return Named("y"), (Named("x"), PreparedWeights(raw, extra))
     if study == "lenet":
         return Named("y"), (Named("x"), Named("k"))
@@ -230,7 +261,7 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
     log: list = []
     compiled: list = []
     with monkeypatch.context() as m:
-        _patch(impl, log, m, compiled)
+        _patch(impl, log, m, compiled, own_kernel=(study, impl.slug) in OWN_KERNEL)
         impl.prepare(params, problem)
         entry["prepared"] = sorted(set(compiled))
         y, operands = _operands(study)
@@ -255,9 +286,26 @@ def build_table() -> list[dict]:
         mp.undo()
 
 
+def add_rows(steps: set[tuple[str, str]]) -> list[dict]:
+    """The table with the rows of ``steps`` (``(study, slug)``) recorded afresh from the code as
+    it is; every other row kept as recorded before."""
+    from _pytest.monkeypatch import MonkeyPatch
+
+    kept = [e for e in json.loads(TABLE.read_text()) if (e["study"], e["step"]) not in steps]
+    mp = MonkeyPatch()
+    try:
+        fresh = [record_case(*case, mp) for case in all_cases() if (case[0], case[1].slug) in steps]
+    finally:
+        mp.undo()
+    return kept + fresh
+
+
 if __name__ == "__main__":
+    # python tests/launch_recorder.py                  -> every row, from the code as it is
+    # python tests/launch_recorder.py mlp:final ...    -> only these steps' rows (before porting them)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    table = build_table()
+    only = {tuple(a.split(":", 1)) for a in sys.argv[1:]}
+    table = add_rows(only) if only else build_table()
     TABLE.parent.mkdir(exist_ok=True)
     TABLE.write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
     launched = sum(1 for e in table if "launches" in e)
