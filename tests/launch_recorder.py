@@ -47,6 +47,8 @@ class FakeKernel:
             "max_dynamic_smem": self.max_dynamic_shared_size_bytes,
             "args": [encode(a) for a in args],
             "extra": sorted(kwargs),
+            **({"carveout": self.preferred_shared_memory_carveout}
+               if hasattr(self, "preferred_shared_memory_carveout") else {}),
             **({"stream": encode(stream)} if stream is not None else {}),
         })
 
@@ -63,17 +65,52 @@ def encode(arg):
 #: compiler (``kernels.get_kernel``) is replaced instead, so the table holds the ``.cu`` file, the
 #: defines as compiled and whatever the step sets on the kernel before it launches.
 OWN_KERNEL = {("mlp", "tensor-core-3xtf32"), ("mlp", "tensor-core-fp16"), ("mlp", "final"),
-              ("mlp", "fp32-register-tiled")}
+              ("mlp", "fp32-register-tiled"), ("lenet", "specialised")}
+
+
+class FakeGlobal:
+    """A module's ``__constant__`` symbol (``get_global``): an offset into it and a logged memset."""
+
+    def __init__(self, log, symbol, offset=0):
+        self.log, self.symbol, self.offset = log, symbol, offset
+
+    def __add__(self, nbytes):
+        return FakeGlobal(self.log, self.symbol, self.offset + int(nbytes))
+
+    def memset_async(self, value, nbytes, stream=None):
+        self.log.append({"memset": f"{self.symbol}+{self.offset}", "value": int(value), "bytes": int(nbytes),
+                         **({"stream": encode(stream)} if stream is not None else {})})
+
+
+class FakeModule:
+    def __init__(self, log, compiled, source, defines):
+        self.log, self.compiled, self.source, self.defines = log, compiled, source, defines
+
+    def get_function(self, name):
+        self.compiled.append(name)
+        return FakeKernel(self.log, name, self.defines, self.source)
+
+    def get_global(self, symbol):
+        return FakeGlobal(self.log, symbol)
 
 
 def _patch_compiler(log, monkeypatch, compiled):
+    """The compiler and the constant bank: modules, kernels and uploads become logged fakes."""
     from kernelbook import kernels
 
-    def get_kernel(source, name, defines=None, arch=None):
-        compiled.append(name)
-        return FakeKernel(log, name, dict(defines or {}), source if arch is None else f"{source}@{arch}")
+    def get_module(source, defines=None, arch=None):
+        return FakeModule(log, compiled, source if arch is None else f"{source}@{arch}", dict(defines or {}))
 
+    def get_kernel(source, name, defines=None, arch=None):
+        return get_module(source, defines, arch).get_function(name)
+
+    def upload_constant(module, symbol, src, nbytes, stream=None):
+        log.append({"upload": encode(src), "symbol": symbol, "bytes": int(nbytes), "module": module.source,
+                    "defines": module.defines, **({"stream": encode(stream)} if stream is not None else {})})
+
+    monkeypatch.setattr(kernels, "get_module", get_module)
     monkeypatch.setattr(kernels, "get_kernel", get_kernel)
+    monkeypatch.setattr(kernels, "upload_constant", upload_constant)
 
 
 def _patch(impl, log, monkeypatch, compiled, own_kernel=False):
@@ -216,6 +253,15 @@ def lenet_cases():
         for over in overrides:
             for s in shapes:
                 yield "lenet", STEPS.impl(slug), dict(zip("BMCHWK", s)), over
+    # step 14: its plan picks constant-memory weights, shared-memory weights, 3xTF32 or the fallback
+    for over in ({}, {"math": "fp32"}, {"math": "3xtf32"}, {"math": "fp32", "weights": "shared"},
+                 {"math": "fp32", "weights": "constant", "maps_per_thread": 4, "outputs_per_thread": 2, "threads": 64,
+                  "min_blocks": 2, "unroll_p": True},
+                 {"math": "3xtf32", "tiles_per_warp": 1, "threads": 96, "min_blocks": 8},
+                 {"math": "fp32", "weights": "constant"}, {"threads": 512, "min_blocks": 8}, {"math": "fp32", "maps_per_thread": 1},
+                 {"threads": 100}, {"maps_per_thread": 16, "outputs_per_thread": 8}, {"math": "fp64"}):
+        for s in shapes:
+            yield "lenet", STEPS.impl("specialised"), dict(zip("BMCHWK", s)), over
     # the chunked step: batches of a few chunks, so that the table stays small
     chunked = [(100, 4, 1, 86, 86, 7), (37, 16, 4, 40, 40, 7), (3, 5, 2, 20, 17, 3), (2, 1, 1, 9, 9, 1),
                (7, 33, 3, 12, 30, 5), (70000, 4, 1, 10, 10, 3)]
@@ -236,15 +282,15 @@ def _problem(study, shape):
     return ConvPoolShape(**shape)
 
 
-def _operands(study):
+def _operands(study, problem=None):
     if study == "mlp":
         from kernelbook.mlp.impls import PreparedWeights
 
         raw = tuple(Named(n) for n in ("W1", "b1", "W2", "b2", "W3", "b3"))
         extra = {n: Named(n) for n in ("w1p", "w2p", "w3p", "w1q", "w2q", "w3q", "packed", "split")}
         return Named("y"), (Named("x"), PreparedWeights(raw, extra))
-    if study == "lenet":
-        return Named("y"), (Named("x"), Named("k"))
+    if study == "lenet":   # k's size: the bytes a constant-memory upload copies
+        return Named("y"), (Named("x"), Named("k", problem.M * problem.C * problem.K ** 2 if problem else 0))
     return Named("y"), (Named("x"), Named("w"), Named("b"))
 
 
@@ -264,7 +310,7 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
         _patch(impl, log, m, compiled, own_kernel=(study, impl.slug) in OWN_KERNEL)
         impl.prepare(params, problem)
         entry["prepared"] = sorted(set(compiled))
-        y, operands = _operands(study)
+        y, operands = _operands(study, problem)
         impl.launch(y, *operands, problem, params)
         entry["launches"] = log
     return entry
