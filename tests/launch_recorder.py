@@ -32,6 +32,26 @@ class Named:
         return Named(f"{self.name}[{key.start}:{key.stop}]")
 
 
+#: The streams made current by ``with stream:`` (CuPy launches on the current stream when a call
+#: names none): the fakes record the stream a launch, copy or memset is really ordered on.
+CURRENT: list = []
+
+
+class FakeStream(Named):
+    def __enter__(self):
+        CURRENT.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        CURRENT.pop()
+
+
+def _on(stream):
+    """The stream an operation is ordered on, for the log (absent: the default stream)."""
+    stream = stream if stream is not None else (CURRENT[-1] if CURRENT else None)
+    return {"stream": encode(stream)} if stream is not None else {}
+
+
 class FakeKernel:
     def __init__(self, log, name, defines, source=None):
         self.log, self.name, self.defines, self.source = log, name, defines, source
@@ -49,7 +69,7 @@ class FakeKernel:
             "extra": sorted(kwargs),
             **({"carveout": self.preferred_shared_memory_carveout}
                if hasattr(self, "preferred_shared_memory_carveout") else {}),
-            **({"stream": encode(stream)} if stream is not None else {}),
+            **_on(stream),
         })
 
 
@@ -79,7 +99,7 @@ class FakeGlobal:
 
     def memset_async(self, value, nbytes, stream=None):
         self.log.append({"memset": f"{self.symbol}+{self.offset}", "value": int(value), "bytes": int(nbytes),
-                         **({"stream": encode(stream)} if stream is not None else {})})
+                         **_on(stream)})
 
 
 class FakeModule:
@@ -106,7 +126,7 @@ def _patch_compiler(log, monkeypatch, compiled):
 
     def upload_constant(module, symbol, src, nbytes, stream=None):
         log.append({"upload": encode(src), "symbol": symbol, "bytes": int(nbytes), "module": module.source,
-                    "defines": module.defines, **({"stream": encode(stream)} if stream is not None else {})})
+                    "defines": module.defines, **_on(stream)})
 
     monkeypatch.setattr(kernels, "get_module", get_module)
     monkeypatch.setattr(kernels, "get_kernel", get_kernel)
@@ -312,6 +332,9 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
         entry["prepared"] = sorted(set(compiled))
         y, operands = _operands(study, problem)
         impl.launch(y, *operands, problem, params)
+        if (study, impl.slug) in OWN_KERNEL:   # and a second call, on the caller's stream
+            log.append({"call": 2, "stream": "caller_stream"})
+            impl.launch(y, *operands, problem, params, stream=FakeStream("caller_stream"))
         entry["launches"] = log
     return entry
 
