@@ -71,8 +71,26 @@ class Specialised(ConvVariant):
     def plan(self, shape: ConvShape, params: dict) -> dict:
         """The configuration ``launch`` uses: ``{"kernel": "conv_direct", ...}`` or the fallback.
 
-        ``reason`` says why the fallback was taken (None for the specialised path).
+        ``reason`` says why the fallback was taken (None for the specialised path). A function of
+        (shape, params) alone, so it is worked out once per pair (a call reads it several times:
+        its launch, its defines, the constant-memory copy); do not change the dict it returns.
         """
+        try:
+            key = (shape, tuple((k, type(v), v) for k, v in sorted(params.items())))   # 4 and 4.0 differ
+            found = self._plans.get(key)
+        except AttributeError:
+            self._plans: dict = {}
+            found = None
+        except TypeError:   # unhashable parameter values: no cache
+            return self._plan(shape, params)
+        if found is None:
+            found = self._plan(shape, params)
+            if len(self._plans) > 256:
+                self._plans.clear()
+            self._plans[key] = found
+        return found
+
+    def _plan(self, shape: ConvShape, params: dict) -> dict:
         math = params["math"]
         if math == "auto":
             math = "3xtf32" if shape.M >= TENSOR_MIN_MAPS else "fp32"
