@@ -62,6 +62,29 @@ def _int_param(params: dict, name: str, allowed, fix: str) -> int:
     return int(value)
 
 
+def per_shape(launches):
+    """A step's ``launches`` worked out once per (N, parameters): they depend on nothing else (the
+    SM count is read once per process), so a repeated call costs a dictionary look-up."""
+    @functools.wraps(launches)
+    def cached(self, shape, params):
+        try:
+            key = (shape.N, tuple(params.items()))
+            found = self._launch_cache.get(key)
+        except AttributeError:
+            self._launch_cache = {}
+            found = None
+        except TypeError:   # unhashable parameter values: no cache
+            return launches(self, shape, params)
+        if found is None:
+            found = launches(self, shape, params)
+            if len(self._launch_cache) > 256:
+                self._launch_cache.clear()
+            self._launch_cache[key] = found
+        return found
+
+    return cached
+
+
 class MlpImpl(StepImpl):
     """Shared machinery: weights prepared once, the persistent grid (every step but 17 declares
     its launches through ``DeclaredMlp``)."""
@@ -393,6 +416,7 @@ class RegisterTiled(DeclaredMlp):
         _int_param(params, "warps", range(1, 9), "pass warps between 1 and 8 (each warp needs 18 KB of shared memory).")
         _int_param(params, "ring", (2, 4, 8), "pass ring=2, 4 or 8 (rows of x in flight per warp).")
 
+    @per_shape
     def launches(self, shape, params):
         tiles = -(-shape.N // self.tile_columns)
         grid = self.persistent_grid(-(-tiles // params["warps"]), params["blocks_per_sm"])

@@ -12,7 +12,7 @@ from .. import kernels, limits
 from ..errors import ParameterError
 from ..steps import Launch
 from . import pack
-from .impls import DeclaredMlp, MlpImpl, _int_param
+from .impls import DeclaredMlp, MlpImpl, _int_param, per_shape
 from .reference import HALF_THRESHOLD
 
 
@@ -49,6 +49,7 @@ class TensorCore3xTF32(DeclaredMlp):
         tiles = -(-shape.N // (16 * m_tiles))
         return (self.persistent_grid(-(-tiles // warps), per_sm), 1, 1), (32 * warps, 1, 1)
 
+    @per_shape
     def launches(self, shape, params):
         grid, block = self.launch_shape(shape, params)
         return [Launch(self.kernel_names[0], grid, block, dynamic_smem=self.dynamic_smem, static_smem=self.static_smem)]
@@ -111,6 +112,7 @@ class Final(TensorCore3xTF32):
                 raise ParameterError(f"{key}={params[key]!r} names no kernel.", f"use one of: {', '.join(self.choices)}.")
         limits.finite_number("switch_columns", params["switch_columns"], 1, 2**31 - 1, example="65536")
 
+    @per_shape
     def launches(self, shape, params):
         grid, block = self.launch_shape(shape, params)
         name = self.choices[params[self.prefix(shape, params) + "kernel"]]
