@@ -32,21 +32,44 @@ class Named:
         return Named(f"{self.name}[{key.start}:{key.stop}]")
 
 
+#: The streams made current by ``with stream:`` (CuPy launches on the current stream when a call
+#: names none): the fakes record the stream a launch, copy or memset is really ordered on.
+CURRENT: list = []
+
+
+class FakeStream(Named):
+    def __enter__(self):
+        CURRENT.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        CURRENT.pop()
+
+
+def _on(stream):
+    """The stream an operation is ordered on, for the log (absent: the default stream)."""
+    stream = stream if stream is not None else (CURRENT[-1] if CURRENT else None)
+    return {"stream": encode(stream)} if stream is not None else {}
+
+
 class FakeKernel:
-    def __init__(self, log, name, defines):
-        self.log, self.name, self.defines = log, name, defines
+    def __init__(self, log, name, defines, source=None):
+        self.log, self.name, self.defines, self.source = log, name, defines, source
         self.max_dynamic_shared_size_bytes = None
 
     def __call__(self, grid, block, args, shared_mem=0, stream=None, **kwargs):
         self.log.append({
             "kernel": self.name,
+            **({"source": self.source} if self.source is not None else {}),
             "defines": {k: v if isinstance(v, (int, str)) else repr(v) for k, v in sorted(self.defines.items())},
             "grid": [int(g) for g in grid], "block": [int(b) for b in block],
             "shared_mem": int(shared_mem),
             "max_dynamic_smem": self.max_dynamic_shared_size_bytes,
             "args": [encode(a) for a in args],
             "extra": sorted(kwargs),
-            **({"stream": encode(stream)} if stream is not None else {}),
+            **({"carveout": self.preferred_shared_memory_carveout}
+               if hasattr(self, "preferred_shared_memory_carveout") else {}),
+            **_on(stream),
         })
 
 
@@ -58,9 +81,65 @@ def encode(arg):
     return f"?{type(arg).__name__}:{arg!r}"
 
 
-def _patch(impl, log, monkeypatch, compiled):
+#: Steps whose own ``kernel()`` runs in the recording (it opts in to shared memory itself): the
+#: compiler (``kernels.get_kernel``) is replaced instead, so the table holds the ``.cu`` file, the
+#: defines as compiled and whatever the step sets on the kernel before it launches.
+OWN_KERNEL = {("mlp", "tensor-core-3xtf32"), ("mlp", "tensor-core-fp16"), ("mlp", "final"),
+              ("mlp", "fp32-register-tiled"), ("lenet", "specialised")}
+
+
+class FakeGlobal:
+    """A module's ``__constant__`` symbol (``get_global``): an offset into it and a logged memset."""
+
+    def __init__(self, log, symbol, offset=0):
+        self.log, self.symbol, self.offset = log, symbol, offset
+
+    def __add__(self, nbytes):
+        return FakeGlobal(self.log, self.symbol, self.offset + int(nbytes))
+
+    def memset_async(self, value, nbytes, stream=None):
+        self.log.append({"memset": f"{self.symbol}+{self.offset}", "value": int(value), "bytes": int(nbytes),
+                         **_on(stream)})
+
+
+class FakeModule:
+    def __init__(self, log, compiled, source, defines):
+        self.log, self.compiled, self.source, self.defines = log, compiled, source, defines
+
+    def get_function(self, name):
+        self.compiled.append(name)
+        return FakeKernel(self.log, name, self.defines, self.source)
+
+    def get_global(self, symbol):
+        return FakeGlobal(self.log, symbol)
+
+
+def _patch_compiler(log, monkeypatch, compiled):
+    """The compiler and the constant bank: modules, kernels and uploads become logged fakes."""
+    from kernelbook import kernels
+
+    def get_module(source, defines=None, arch=None):
+        return FakeModule(log, compiled, source if arch is None else f"{source}@{arch}", dict(defines or {}))
+
+    def get_kernel(source, name, defines=None, arch=None):
+        return get_module(source, defines, arch).get_function(name)
+
+    def upload_constant(module, symbol, src, nbytes, stream=None):
+        log.append({"upload": encode(src), "symbol": symbol, "bytes": int(nbytes), "module": module.source,
+                    "defines": module.defines, **_on(stream)})
+
+    monkeypatch.setattr(kernels, "get_module", get_module)
+    monkeypatch.setattr(kernels, "get_kernel", get_kernel)
+    monkeypatch.setattr(kernels, "upload_constant", upload_constant)
+
+
+def _patch(impl, log, monkeypatch, compiled, own_kernel=False):
     """Replace every way ``impl`` reaches the GPU: its kernels (each one fetched is named in
     ``compiled``), scratch and workspaces."""
+    if own_kernel:
+        _patch_compiler(log, monkeypatch, compiled)
+        return
+
     def kernel(name, params, problem, impl=impl):
         compiled.append(name)
         return FakeKernel(log, name, impl.defines(params, problem))
@@ -122,6 +201,15 @@ def mlp_cases():
         "best": [{}, {"small": "coalesced-weights", "large": "better-occupancy", "switch_columns": 4096},
                  {"small": "better-occupancy", "large": "coalesced-weights", "switch_columns": 33, "blocks_per_sm": 2},
                  {"small": "nope"}],
+        "tensor-core-3xtf32": [{}, {"warps": 8, "m_tiles": 1, "blocks_per_sm": 1}, {"warps": 1, "blocks_per_sm": 32},
+                               {"warps": 9}, {"m_tiles": 3}, {"blocks_per_sm": 0}],
+        "tensor-core-fp16": [{}, {"warps": 1, "m_tiles": 1, "blocks_per_sm": 32}, {"warps": 0}],
+        "final": [{}, {"small_kernel": "3xtf32", "switch_columns": 4096},
+                  {"large_kernel": "3xtf32", "large_warps": 2, "large_m_tiles": 1, "large_blocks_per_sm": 3,
+                   "small_warps": 8, "small_m_tiles": 1, "switch_columns": 33},
+                  {"small_kernel": "nope"}, {"switch_columns": 0}, {"large_m_tiles": 3}],
+        "fp32-register-tiled": [{}, {"warps": 8, "ring": 8}, {"warps": 1, "ring": 2, "blocks_per_sm": 32},
+                                {"ring": 3}, {"warps": 9}],
     }
     for slug, overrides in variations.items():
         for over in overrides:
@@ -185,6 +273,15 @@ def lenet_cases():
         for over in overrides:
             for s in shapes:
                 yield "lenet", STEPS.impl(slug), dict(zip("BMCHWK", s)), over
+    # step 14: its plan picks constant-memory weights, shared-memory weights, 3xTF32 or the fallback
+    for over in ({}, {"math": "fp32"}, {"math": "3xtf32"}, {"math": "fp32", "weights": "shared"},
+                 {"math": "fp32", "weights": "constant", "maps_per_thread": 4, "outputs_per_thread": 2, "threads": 64,
+                  "min_blocks": 2, "unroll_p": True},
+                 {"math": "3xtf32", "tiles_per_warp": 1, "threads": 96, "min_blocks": 8},
+                 {"math": "fp32", "weights": "constant"}, {"threads": 512, "min_blocks": 8}, {"math": "fp32", "maps_per_thread": 1},
+                 {"threads": 100}, {"maps_per_thread": 16, "outputs_per_thread": 8}, {"math": "fp64"}):
+        for s in shapes:
+            yield "lenet", STEPS.impl("specialised"), dict(zip("BMCHWK", s)), over
     # the chunked step: batches of a few chunks, so that the table stays small
     chunked = [(100, 4, 1, 86, 86, 7), (37, 16, 4, 40, 40, 7), (3, 5, 2, 20, 17, 3), (2, 1, 1, 9, 9, 1),
                (7, 33, 3, 12, 30, 5), (70000, 4, 1, 10, 10, 3)]
@@ -205,15 +302,15 @@ def _problem(study, shape):
     return ConvPoolShape(**shape)
 
 
-def _operands(study):
+def _operands(study, problem=None):
     if study == "mlp":
         from kernelbook.mlp.impls import PreparedWeights
 
         raw = tuple(Named(n) for n in ("W1", "b1", "W2", "b2", "W3", "b3"))
-        extra = {n: Named(n) for n in ("w1p", "w2p", "w3p", "w1q", "w2q", "w3q", "packed")}
+        extra = {n: Named(n) for n in ("w1p", "w2p", "w3p", "w1q", "w2q", "w3q", "packed", "split")}
         return Named("y"), (Named("x"), PreparedWeights(raw, extra))
-    if study == "lenet":
-        return Named("y"), (Named("x"), Named("k"))
+    if study == "lenet":   # k's size: the bytes a constant-memory upload copies
+        return Named("y"), (Named("x"), Named("k", problem.M * problem.C * problem.K ** 2 if problem else 0))
     return Named("y"), (Named("x"), Named("w"), Named("b"))
 
 
@@ -230,11 +327,14 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
     log: list = []
     compiled: list = []
     with monkeypatch.context() as m:
-        _patch(impl, log, m, compiled)
+        _patch(impl, log, m, compiled, own_kernel=(study, impl.slug) in OWN_KERNEL)
         impl.prepare(params, problem)
         entry["prepared"] = sorted(set(compiled))
-        y, operands = _operands(study)
+        y, operands = _operands(study, problem)
         impl.launch(y, *operands, problem, params)
+        if (study, impl.slug) in OWN_KERNEL:   # and a second call, on the caller's stream
+            log.append({"call": 2, "stream": "caller_stream"})
+            impl.launch(y, *operands, problem, params, stream=FakeStream("caller_stream"))
         entry["launches"] = log
     return entry
 
@@ -255,9 +355,26 @@ def build_table() -> list[dict]:
         mp.undo()
 
 
+def add_rows(steps: set[tuple[str, str]]) -> list[dict]:
+    """The table with the rows of ``steps`` (``(study, slug)``) recorded afresh from the code as
+    it is; every other row kept as recorded before."""
+    from _pytest.monkeypatch import MonkeyPatch
+
+    kept = [e for e in json.loads(TABLE.read_text()) if (e["study"], e["step"]) not in steps]
+    mp = MonkeyPatch()
+    try:
+        fresh = [record_case(*case, mp) for case in all_cases() if (case[0], case[1].slug) in steps]
+    finally:
+        mp.undo()
+    return kept + fresh
+
+
 if __name__ == "__main__":
+    # python tests/launch_recorder.py                  -> every row, from the code as it is
+    # python tests/launch_recorder.py mlp:final ...    -> only these steps' rows (before porting them)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    table = build_table()
+    only = {tuple(a.split(":", 1)) for a in sys.argv[1:]}
+    table = add_rows(only) if only else build_table()
     TABLE.parent.mkdir(exist_ok=True)
     TABLE.write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
     launched = sum(1 for e in table if "launches" in e)

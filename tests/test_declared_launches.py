@@ -1,8 +1,8 @@
 """Every step's launches match a table of expectations, on the CPU.
 
 ``tests/data/launch_table.json`` was recorded (``python tests/launch_recorder.py``) from the hand-
-written launch paths (MLP ``plan()/args()`` of steps 00-12, VGG ``geometry()`` of steps 00-10,
-LeNet's own ``launch`` of steps 00-07 and 09-13, the streams step's chunks and streams
+written launch paths (MLP ``plan()/args()`` of steps 00-16, VGG ``geometry()`` of steps 00-10,
+LeNet's own ``launch`` of steps 00-07 and 09-14, the streams step's chunks and streams
 included) before they were ported to the declared ``launches()``/``launch_args()`` of
 ``kernelbook.steps``: for each step, several valid and invalid shapes and parameter sets, whether
 ``validate`` refuses (and with which error), which kernels ``prepare`` compiles, and every kernel

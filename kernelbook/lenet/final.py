@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import limits
 from ..errors import LaunchLimitError, ParameterError
+from ..steps import Launch, StepImpl
 from .gemm import STATIC_SMEM_MAX, _check_gemm_indices, _choice_param, _int_param
 from .variants import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
 
@@ -42,6 +43,10 @@ class Specialised(ConvVariant):
       large masks) run the FP32 register-tiled implicit GEMM compiled from the same file;
       ``plan(shape, params)["reason"]`` says why.
 
+    ``launches`` declares the plan's one launch (``tests/test_declared_launches.py`` holds it to the
+    hand-written launch it replaced); ``launch`` first copies constant-memory weights to the
+    module's bank.
+
     Prediction (B=10000, H100): C1 on CUDA cores is issue-bound near the memory floor
     (12.5 G FMAs ~ 0.45 ms at full FP32 rate, 1.32 GB ~ 0.44 ms): ~0.6-0.7 ms. C3 in exact FP32
     needs 36 G FMAs, >= 1.1-1.3 ms at the H100's FP32 rate (~1.8-2 ms reached); 3xTF32 moves it
@@ -66,8 +71,26 @@ class Specialised(ConvVariant):
     def plan(self, shape: ConvShape, params: dict) -> dict:
         """The configuration ``launch`` uses: ``{"kernel": "conv_direct", ...}`` or the fallback.
 
-        ``reason`` says why the fallback was taken (None for the specialised path).
+        ``reason`` says why the fallback was taken (None for the specialised path). A function of
+        (shape, params) alone, so it is worked out once per pair (a call reads it several times:
+        its launch, its defines, the constant-memory copy); do not change the dict it returns.
         """
+        try:
+            key = (shape, tuple((k, type(v), v) for k, v in sorted(params.items())))   # 4 and 4.0 differ
+            found = self._plans.get(key)
+        except AttributeError:
+            self._plans: dict = {}
+            found = None
+        except TypeError:   # unhashable parameter values: no cache
+            return self._plan(shape, params)
+        if found is None:
+            found = self._plan(shape, params)
+            if len(self._plans) > 256:
+                self._plans.clear()
+            self._plans[key] = found
+        return found
+
+    def _plan(self, shape: ConvShape, params: dict) -> dict:
         math = params["math"]
         if math == "auto":
             math = "3xtf32" if shape.M >= TENSOR_MIN_MAPS else "fp32"
@@ -174,8 +197,41 @@ class Specialised(ConvVariant):
                 "WEIGHTS_SMEM": int(plan["weights"] == "shared"), "UNROLL_P": int(bool(params["unroll_p"])),
                 **FALLBACK_TILES}
 
-    def validate(self, shape: ConvShape, params: dict) -> None:
-        super().validate(shape, params)
+    # -- the declared launch (one kernel, chosen by the plan)
+
+    def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
+        plan = self.plan(shape, params)
+        if plan["kernel"] == "conv_fallback":
+            tiles = FALLBACK_TILES
+            threads = (tiles["FB_BM"] // tiles["FB_TM"]) * (tiles["FB_BN"] // tiles["FB_TN"])
+            n = shape.B * shape.H_out * shape.W_out
+            return [Launch("conv_fallback", (ceil_div(n, tiles["FB_BN"]), ceil_div(shape.M, tiles["FB_BM"])),
+                           (threads,))]
+        tensor = plan["kernel"] == "conv_direct_3xtf32"   # its operands in dynamic shared memory
+        return [Launch(plan["kernel"], (shape.B * plan["bands"], plan["groups"]), (plan["threads"],),
+                       dynamic_smem=plan["smem_bytes"] if tensor else 0,
+                       static_smem=0 if tensor else plan["smem_bytes"], min_blocks=plan["min_blocks"])]
+
+    def launch_args(self, launch, y, operands, shape: ConvShape, params: dict) -> tuple:
+        x, k = operands
+        if launch.kernel == "conv_fallback":
+            return (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K))
+        return (y, x, k, *int32(shape.B))   # the rest of the shape is compiled in
+
+    def kernel(self, name: str, params: dict, problem: ConvShape):
+        fn = super().kernel(name, params, problem)
+        if name == "conv_direct_3xtf32":
+            fn.preferred_shared_memory_carveout = 100  # all of L1 as shared memory: room for 2 blocks
+        return fn
+
+    def prepare(self, params: dict, shape: ConvShape) -> None:
+        for name in self.kernel_names:  # one build holds the three (the others as stubs)
+            self.kernel(name, params, shape)
+
+    # -- limits: the parameters, then the plan's launch
+
+    def check_params(self, shape: ConvShape, params: dict) -> None:
+        super().check_params(shape, params)
         for name, lo, hi in (("maps_per_thread", 1, 32), ("outputs_per_thread", 1, 16), ("threads", 32, 512),
                              ("min_blocks", 1, 8)):
             if params[name] != "auto":
@@ -192,55 +248,37 @@ class Specialised(ConvVariant):
         if mg * tw > 64:
             raise ParameterError(f"maps_per_thread * outputs_per_thread = {mg} * {tw} = {mg * tw} accumulators per "
                              f"thread; more than 64 spill registers.", "keep their product at most 64.")
+
+    def check_launches(self, shape: ConvShape, params: dict, launches=None) -> None:
+        """The specialised kernels' declared launch (grid, block, shared memory, launch bounds) and
+        what the device needs for them; the fallback's 32-bit GEMM indices."""
         plan = self.plan(shape, params)
-        if plan["kernel"] != "conv_fallback":
-            tensor = plan["kernel"] == "conv_direct_3xtf32"
-            limits.check_launch((shape.B * plan["bands"], plan["groups"]), (plan["threads"],),
-                                dynamic_smem=plan["smem_bytes"] if tensor else 0,
-                                static_smem=0 if tensor else plan["smem_bytes"], what="The final kernel")
-            limits.check_launch_bounds(plan["threads"], plan["min_blocks"], what="The final kernel")
-            if tensor:
-                limits.require_compute_capability(8, 0, "The 3xTF32 path (mma.sync with TF32 operands)")
-            if shape.B * plan["bands"] > INT32_MAX:
-                raise LaunchLimitError(f"B * bands = {shape.B * plan['bands']} blocks exceed grid x ({INT32_MAX}).",
-                                 "split the batch into chunks of fewer images.")
-            if plan["groups"] > GRID_YZ_MAX:
-                raise LaunchLimitError(f"{plan['groups']} map groups exceed grid y ({GRID_YZ_MAX}).",
-                                 "raise maps_per_thread.")
-        else:
+        if plan["kernel"] == "conv_fallback":
             _check_gemm_indices(shape, FALLBACK_TILES["FB_BN"], FALLBACK_TILES["FB_BM"])
+            return
+        super().check_launches(shape, params, launches)
+        if plan["kernel"] == "conv_direct_3xtf32":
+            limits.require_compute_capability(8, 0, "The 3xTF32 path (mma.sync with TF32 operands)")
+        if shape.B * plan["bands"] > INT32_MAX:
+            raise LaunchLimitError(f"B * bands = {shape.B * plan['bands']} blocks exceed grid x ({INT32_MAX}).",
+                             "split the batch into chunks of fewer images.")
+        if plan["groups"] > GRID_YZ_MAX:
+            raise LaunchLimitError(f"{plan['groups']} map groups exceed grid y ({GRID_YZ_MAX}).",
+                             "raise maps_per_thread.")
+
+    # -- launch
 
     def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
+        """Constant-memory weights first (copied to the module's bank, its padding zeroed, ordered
+        on ``stream``), then the declared launch."""
         from .. import kernels
 
         plan = self.plan(shape, params)
-        defines = self.defines(params, shape)
-        args = int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)
-        if plan["kernel"] == "conv_fallback":
-            tiles = FALLBACK_TILES
-            threads = (tiles["FB_BM"] // tiles["FB_TM"]) * (tiles["FB_BN"] // tiles["FB_TN"])
-            n = shape.B * shape.H_out * shape.W_out
-            kernel = kernels.get_kernel(self.source, "conv_fallback", defines)
-            kernel((ceil_div(n, tiles["FB_BN"]), ceil_div(shape.M, tiles["FB_BM"])), (threads,),
-                   (y, x, k, *args), stream=stream)
-            return
-        module = kernels.get_module(self.source, defines)
-        if plan["kernel"] == "conv_direct_3xtf32":
-            kernel = module.get_function("conv_direct_3xtf32")
-            if plan["smem_bytes"] > STATIC_SMEM_MAX:  # opt in to more than 48 KiB of dynamic shared memory
-                kernel.max_dynamic_shared_size_bytes = plan["smem_bytes"]
-            kernel.preferred_shared_memory_carveout = 100  # all of L1 as shared memory: room for 2 blocks
-            kernel((shape.B * plan["bands"], plan["groups"]), (plan["threads"],), (y, x, k, *int32(shape.B)),
-                   shared_mem=plan["smem_bytes"], stream=stream)
-            return
-        if plan["weights"] == "constant":
-            # The weights go to this module's constant memory, ordered on the launch's stream.
-            # (Two streams running this shape with different weights at once would share it.)
+        if plan["kernel"] == "conv_direct" and plan["weights"] == "constant":
+            # (Two streams running this shape with different weights at once would share the bank.)
+            module = kernels.get_module(self.source, self.defines(params, shape))
             nbytes = 4 * k.size
             kernels.upload_constant(module, "c_weights", k, nbytes, stream)
-            weights = module.get_global("c_weights")
             if plan["const_bytes"] > nbytes:  # the last map group's padding maps must be zeros
-                (weights + nbytes).memset_async(0, plan["const_bytes"] - nbytes, stream)
-        kernel = module.get_function("conv_direct")
-        kernel((shape.B * plan["bands"], plan["groups"]), (plan["threads"],), (y, x, k, *int32(shape.B)),
-               stream=stream)
+                (module.get_global("c_weights") + nbytes).memset_async(0, plan["const_bytes"] - nbytes, stream)
+        StepImpl.launch(self, y, x, k, shape, params, stream=stream)

@@ -3,9 +3,10 @@
 A step knows which source and compile-time parameters it builds with (``defines``), which shapes it
 can take (``check_params``, then the declared launches' limits: ``validate`` refuses with a clear
 error *before* any launch), and how to launch: its ``launches`` and ``launch_args`` as data (steps
-00-07 and 09-13; the core's ``StepImpl.launch`` runs them, after a constant-memory step has copied
-its mask, or the chunked step allocated its workspace), or a ``launch`` of its own (the cuBLAS and
-Hopper-era steps; the streams step spreads the declared launch over chunks). Its slug, title and
+00-07 and 09-14; the core's ``StepImpl.launch`` runs them, after a constant-memory step has copied
+its mask, or the chunked step allocated its workspace), or a ``launch`` of its own (step 08, whose
+matmul is cuBLAS's, and the Hopper steps 15-16, whose persistent grid is read from the device; the
+streams step spreads the declared launch over chunks). Its slug, title and
 ``.cu`` file come from the study's step list (``steps.py``). ``tests/test_declared_launches.py``
 holds the declared launches to those the hand-written ones made before (a recorded table).
 """

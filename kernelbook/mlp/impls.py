@@ -11,16 +11,15 @@ launch for an N and reused, so a warm-up launch puts the allocation outside timi
 
 What a timed launch contains: the step's kernel launches only (no packing, no allocation).
 
-Steps 00-12 declare their launches as data (``DeclaredMlp``: ``launches(shape, params) ->
-[Launch]`` and ``launch_args``, see ``kernelbook.steps``); the core's ``launch`` and limit checks
-read that one list, and ``tests/test_declared_launches.py`` holds it to the launches the earlier
-``plan()/args()`` path made (a recorded table). Steps 13-17 still describe their launches with
-``plan()/args()`` (``MlpImpl``).
+Steps 00-16 declare their launches as data (``DeclaredMlp``: ``launches(shape, params) ->
+[Launch]`` and ``launch_args``, see ``kernelbook.steps``); the core's ``launch``, limit checks,
+``prepare`` and ``kernels_for`` read that one list, and ``tests/test_declared_launches.py`` holds it
+to the launches the earlier ``plan()/args()`` path made (a recorded table). Step 17 declares its
+launches too but launches them itself, from a launch plan cached per (N, parameters).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from dataclasses import dataclass, field
 
@@ -63,8 +62,32 @@ def _int_param(params: dict, name: str, allowed, fix: str) -> int:
     return int(value)
 
 
+def per_shape(launches):
+    """A step's ``launches`` worked out once per (N, parameters): they depend on nothing else (the
+    SM count is read once per process), so a repeated call costs a dictionary look-up."""
+    @functools.wraps(launches)
+    def cached(self, shape, params):
+        try:
+            key = (shape.N, tuple(params.items()))
+            found = self._launch_cache.get(key)
+        except AttributeError:
+            self._launch_cache = {}
+            found = None
+        except TypeError:   # unhashable parameter values: no cache
+            return launches(self, shape, params)
+        if found is None:
+            found = launches(self, shape, params)
+            if len(self._launch_cache) > 256:
+                self._launch_cache.clear()
+            self._launch_cache[key] = found
+        return found
+
+    return cached
+
+
 class MlpImpl(StepImpl):
-    """Shared machinery; subclasses describe their launches in ``plan``."""
+    """Shared machinery: weights prepared once, the persistent grid (every step but 17 declares
+    its launches through ``DeclaredMlp``)."""
 
     precision = "fp32"
     measure = "rel_l2"            # "scaled_abs_diff" for the half-precision steps
@@ -93,20 +116,9 @@ class MlpImpl(StepImpl):
         out = type(self).packing(host_weights)
         return out if isinstance(out, dict) else {"packed": out}
 
-    # ------------------------------------------------------------------ launch description
-    def plan(self, shape, params) -> list[tuple[str, tuple, tuple]]:
-        """[(kernel name, grid, block)] in launch order."""
-        raise NotImplementedError
-
+    # ------------------------------------------------------------------ building
     def module_source(self, params, shape) -> str:
         return self.source
-
-    def validate(self, shape, params) -> None:
-        self.check_params(params)
-        for name, grid, block in self.plan(shape, params):
-            limits.check_launch(grid, block, self.dynamic_smem, self.static_smem, what=f"{self.slug}: {name}")
-            if self.min_blocks:
-                limits.check_launch_bounds(block[0], self.min_blocks, what=f"{self.slug}: {name}")
 
     def check_params(self, params) -> None:
         if "blocks_per_sm" in params:
@@ -117,22 +129,6 @@ class MlpImpl(StepImpl):
         if self.dynamic_smem > limits.H100.static_smem_per_block:
             fn.max_dynamic_shared_size_bytes = self.dynamic_smem
         return fn
-
-    def prepare(self, params, problem) -> None:
-        for name, _, _ in self.plan(problem, params):
-            self.kernel(name, params, problem)
-
-    def args(self, name, y, x, w: PreparedWeights, n):
-        W1, b1, W2, b2, W3, b3 = w.raw
-        return (x, W1, b1, W2, b2, W3, b3, y, np.int32(n))
-
-    def launch(self, y, x, weights, shape, params, stream=None):
-        w = self.prepare_weights(weights)
-        with (stream if stream is not None else contextlib.nullcontext()):
-            for name, grid, block in self.plan(shape, params):
-                self.kernel(name, params, shape)(grid, block, self.args(name, y, x, w, shape.N),
-                                                 shared_mem=self.dynamic_smem)
-        return y
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -155,7 +151,7 @@ class _Scratch:
 
 
 class DeclaredMlp(MlpImpl):
-    """Steps 00-12: launches declared as data; the core launches them (``StepImpl.launch``) after
+    """Steps 00-16: launches declared as data; the core launches them (``StepImpl.launch``) after
     the weights are prepared once per call."""
 
     def launches(self, shape, params) -> list[Launch]:
@@ -169,9 +165,6 @@ class DeclaredMlp(MlpImpl):
     def validate(self, shape, params) -> None:
         self.check_params(params)
         self.check_launches(shape, params)
-
-    def prepare(self, params, problem) -> None:
-        StepImpl.prepare(self, params, problem)
 
     def launch(self, y, x, weights, shape, params, stream=None):
         StepImpl.launch(self, y, x, self.prepare_weights(weights), shape, params, stream=stream)
@@ -401,7 +394,7 @@ class Best(DeclaredMlp):
         return None   # one module holds all three candidates: its compiler report shows them all
 
 
-class RegisterTiled(MlpImpl):
+class RegisterTiled(DeclaredMlp):
     """Step 16: FP32 on CUDA cores, each thread a register tile of 32 units x 4 columns, weights
     broadcast from shared memory, x streamed through a per-warp cp.async ring of rows."""
 
@@ -423,29 +416,23 @@ class RegisterTiled(MlpImpl):
         _int_param(params, "warps", range(1, 9), "pass warps between 1 and 8 (each warp needs 18 KB of shared memory).")
         _int_param(params, "ring", (2, 4, 8), "pass ring=2, 4 or 8 (rows of x in flight per warp).")
 
-    def plan(self, shape, params):
+    @per_shape
+    def launches(self, shape, params):
         tiles = -(-shape.N // self.tile_columns)
         grid = self.persistent_grid(-(-tiles // params["warps"]), params["blocks_per_sm"])
-        return [(self.kernel_names[0], (grid, 1, 1), (32 * params["warps"], 1, 1))]
+        return [Launch(self.kernel_names[0], (grid, 1, 1), (32 * params["warps"], 1, 1),
+                       dynamic_smem=self.smem_bytes(params))]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        x, w = operands
+        return (x, w.extra["packed"], y, np.int32(shape.N))
 
     def validate(self, shape, params):
         self.check_params(params)
-        for name, grid, block in self.plan(shape, params):
-            limits.check_launch(grid, block, self.smem_bytes(params), 0,
-                                what=f"{self.slug}: {name} with warps={params['warps']}, ring={params['ring']}")
+        for launch in self.launches(shape, params):
+            limits.check_launch(launch.grid, launch.block, launch.dynamic_smem, 0,
+                                what=f"{self.slug}: {launch.kernel} with warps={params['warps']}, ring={params['ring']}")
 
     def kernel(self, name, params, problem):
-        fn = kernels.get_kernel(self.module_source(params, problem), name, self.defines(params, problem))
-        fn.max_dynamic_shared_size_bytes = self.smem_bytes(params)
-        return fn
-
-    def args(self, name, y, x, w, n):
-        return (x, w.extra["packed"], y, np.int32(n))
-
-    def launch(self, y, x, weights, shape, params, stream=None):
-        w = self.prepare_weights(weights)
-        with (stream if stream is not None else contextlib.nullcontext()):
-            for name, grid, block in self.plan(shape, params):
-                self.kernel(name, params, shape)(grid, block, self.args(name, y, x, w, shape.N),
-                                                 shared_mem=self.smem_bytes(params))
-        return y
+        """The compiled kernel (the core's launch opts in to its shared memory: always past 48 KB)."""
+        return kernels.get_kernel(self.module_source(params, problem), name, self.defines(params, problem))

@@ -1,5 +1,6 @@
-"""Steps 13-15: fully fused tensor-core kernels (one warp carries 16-32 columns through all
-three layers in registers). Same call convention as ``impls``."""
+"""Steps 13-15 and 17: fully fused tensor-core kernels (one warp carries 16-32 columns through all
+three layers in registers). Same call convention as ``impls``; every step declares its launches
+(``launches``/``launch_args``, see ``kernelbook.steps``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from .. import kernels, limits
 from ..errors import ParameterError
 from ..steps import Launch
 from . import pack
-from .impls import MlpImpl, _int_param
+from .impls import DeclaredMlp, MlpImpl, _int_param, per_shape
 from .reference import HALF_THRESHOLD
 
 
-class TensorCore3xTF32(MlpImpl):
+class TensorCore3xTF32(DeclaredMlp):
     math = "3xtf32"
     """Step 13: fully fused mma.sync m16n8k8 TF32 kernel, 3xTF32 for FP32 accuracy."""
 
@@ -42,13 +43,24 @@ class TensorCore3xTF32(MlpImpl):
     def prefixes(self):
         return ("",)
 
-    def plan(self, shape, params):
+    def launch_shape(self, shape, params) -> tuple[tuple, tuple]:
+        """(grid, block): a persistent grid of ``warps``-warp blocks over 16*m_tiles-column tiles."""
         warps, m_tiles, per_sm = self.keys(shape, params)
         tiles = -(-shape.N // (16 * m_tiles))
-        return [(self.kernel_names[0], (self.persistent_grid(-(-tiles // warps), per_sm), 1, 1), (32 * warps, 1, 1))]
+        return (self.persistent_grid(-(-tiles // warps), per_sm), 1, 1), (32 * warps, 1, 1)
 
-    def args(self, name, y, x, w, n):
-        return (x, w.extra["packed"], y, np.int32(n))
+    @per_shape
+    def launches(self, shape, params):
+        grid, block = self.launch_shape(shape, params)
+        return [Launch(self.kernel_names[0], grid, block, dynamic_smem=self.dynamic_smem, static_smem=self.static_smem)]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        x, w = operands
+        return (x, w.extra["packed"], y, np.int32(shape.N))
+
+    def kernel(self, name, params, problem):
+        """The compiled kernel (the core's launch opts in to its shared memory past 48 KB)."""
+        return kernels.get_kernel(self.source, name, self.defines(params, problem))
 
 
 class TensorCoreHalf(TensorCore3xTF32):
@@ -100,29 +112,16 @@ class Final(TensorCore3xTF32):
                 raise ParameterError(f"{key}={params[key]!r} names no kernel.", f"use one of: {', '.join(self.choices)}.")
         limits.finite_number("switch_columns", params["switch_columns"], 1, 2**31 - 1, example="65536")
 
-    def plan(self, shape, params):
-        (_, grid, block), = super().plan(shape, params)
-        return [(self.choices[params[self.prefix(shape, params) + "kernel"]], grid, block)]
+    @per_shape
+    def launches(self, shape, params):
+        grid, block = self.launch_shape(shape, params)
+        name = self.choices[params[self.prefix(shape, params) + "kernel"]]
+        dynamic, static = self.smem[name]
+        return [Launch(name, grid, block, dynamic_smem=dynamic, static_smem=static)]
 
-    def validate(self, shape, params):
-        self.check_params(params)
-        for name, grid, block in self.plan(shape, params):
-            limits.check_launch(grid, block, *self.smem[name], what=f"{self.slug}: {name}")
-
-    def kernel(self, name, params, problem):
-        fn = kernels.get_kernel(self.source, name, self.defines(params, problem))
-        if self.smem[name][0] > limits.H100.static_smem_per_block:
-            fn.max_dynamic_shared_size_bytes = self.smem[name][0]
-        return fn
-
-    def launch(self, y, x, weights, shape, params, stream=None):
-        w = self.prepare_weights(weights)
-        with (stream if stream is not None else contextlib.nullcontext()):
-            for name, grid, block in self.plan(shape, params):
-                packed = w.extra["packed" if name == self.kernel_names[0] else "split"]
-                self.kernel(name, params, shape)(grid, block, (x, packed, y, np.int32(shape.N)),
-                                                 shared_mem=self.smem[name][0])
-        return y
+    def launch_args(self, launch, y, operands, shape, params):
+        x, w = operands
+        return (x, w.extra["packed" if launch.kernel == self.kernel_names[0] else "split"], y, np.int32(shape.N))
 
 
 _KERNELS: dict = {}   # (kernel, warps, m_tiles, blocks_per_sm) -> compiled kernel, opted in to its shared memory
@@ -174,9 +173,6 @@ class FinalFullRange(MlpImpl):
         x, weights = operands
         w = self.prepare_weights(weights)
         return (x, w.extra["split"], w.extra["packed"], y, np.int32(shape.N))
-
-    def plan(self, shape, params):
-        return [(l.kernel, l.grid, l.block) for l in self.launches(shape, params)]
 
     def validate(self, shape, params):
         self.check_params(params)
