@@ -55,6 +55,21 @@ def require(what: str) -> None:
                              "runs without one.")
 
 
+_SM_COUNTS: dict[int, int] = {}
+
+
+def multiprocessors() -> int:
+    """The current device's SM count, asked of the driver once per device and process (a launcher
+    that sizes a persistent grid calls this on every call)."""
+    import cupy as cp
+
+    device = cp.cuda.runtime.getDevice()
+    count = _SM_COUNTS.get(device)
+    if count is None:
+        count = _SM_COUNTS[device] = int(cp.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"])
+    return count
+
+
 def device_info() -> dict:
     """What the manifest records about the current device (call only when one is available)."""
     import cupy as cp

@@ -355,3 +355,23 @@ def test_a_sanitizer_check_that_did_not_run_its_target_is_no_pass(results_root):
     run.write_part(sanitizer.part(STUDY), "lenet", [refused], parameters={"batch": 4})
     html = sanitizer.sanitizer_table(STUDY).to_html()
     assert "FAIL (exit status 2)" in html and "pass" not in html
+
+
+def test_the_sm_count_is_asked_of_the_driver_once_per_device(monkeypatch):
+    """A persistent-grid launcher sizes its grid on every call: the driver is asked once per device."""
+    import sys
+    import types
+
+    from kernelbook import gpu
+
+    asked = []
+    current = {"id": 0}
+    runtime = types.SimpleNamespace(
+        getDevice=lambda: current["id"],
+        getDeviceProperties=lambda d: asked.append(d) or {"multiProcessorCount": 132 if d == 0 else 114})
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(gpu, "_SM_COUNTS", {})
+    assert [gpu.multiprocessors() for _ in range(3)] == [132] * 3 and asked == [0]
+    current["id"] = 1
+    assert gpu.multiprocessors() == 114 and asked == [0, 1]

@@ -143,9 +143,7 @@ class HopperStep(VggStep):
 
         if not gpu.available():
             return H100_SMS
-        import cupy as cp
-
-        return int(cp.cuda.Device().attributes["MultiProcessorCount"])
+        return gpu.multiprocessors()  # asked once per device, not per call
 
     def tiles(self, shape: ConvPoolShape) -> int:
         return shape.B * ceil_div(shape.H, 8) * ceil_div(shape.W, 16) * ceil_div(shape.M, self.bn())
