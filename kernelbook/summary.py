@@ -156,8 +156,10 @@ def reported_best(study):
     if frame is None or frame.empty:
         return styled(pd.DataFrame({"": ["The write-up reports no absolute times for this study (only changes "
                                          "between steps); see its chapters."]}), "Reported by the write-ups")
-    return styled(frame, "The write-ups' best reported results (their GPUs; not measured here) beside this book's "
-                         "fastest step at the same size.")
+    table = styled(frame, "The write-ups' best reported results (their GPUs; not measured here) beside this book's "
+                          "fastest step at the same size.")
+    prose = [c for c in ("Step", "Source") if c in frame.columns]  # long names: they wrap, the numbers do not
+    return table.set_properties(subset=prose, **{"white-space": "normal", "min-width": "12em", "text-align": "left"})
 
 
 def _summed(records: list[dict], metric: str, cases, size) -> float | None:

@@ -1,6 +1,8 @@
 """The page rules of tests/page_rules.py on fabricated pages: each rule finds what it should and
 passes what it should (the real book is checked in tests/test_book.py)."""
 
+import re
+
 import pytest
 
 # BeautifulSoup comes with the book's toolchain (jupyter-book); a GPU machine that runs only the GPU
@@ -57,3 +59,17 @@ def test_a_typed_number_is_found_unless_the_page_shows_it():
 def test_dimensions_are_not_ratios():
     assert not typed_numbers(page("<p>A 5 × 5 window over a 71 × N matrix, tiles of 2×2.</p>"))
     assert typed_numbers(page("<p>It is 2.4× faster.</p>"))
+
+
+def test_reported_best_names_wrap_and_numbers_do_not():
+    """The summary's table of the write-ups' bests: the long step and source names wrap within the
+    reading column (at 1280 px they ran off it), the times stay on one line."""
+    from kernelbook import summary
+    from kernelbook.lenet import STUDY
+
+    html = summary.reported_best(STUDY).to_html()
+    frame = STUDY.reported_best()
+    wrapped = {frame.columns.get_loc(c) for c in ("Step", "Source")}
+    for col in range(len(frame.columns)):
+        rule = re.search(rf"#T_\w+_row0_col{col}[^{{]*\{{([^}}]*)\}}", html)
+        assert (rule is not None and "white-space: normal" in rule.group(1)) == (col in wrapped), frame.columns[col]
