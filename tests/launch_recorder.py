@@ -55,7 +55,23 @@ def _on(stream):
 class FakeKernel:
     def __init__(self, log, name, defines, source=None):
         self.log, self.name, self.defines, self.source = log, name, defines, source
-        self.max_dynamic_shared_size_bytes = None
+        self._max_dynamic = None   # logged as set by the step (None: never set)
+        self.ptr = len(KERNELS) + 1
+        KERNELS[self.ptr] = self
+
+    @property
+    def max_dynamic_shared_size_bytes(self):
+        return 0 if self._max_dynamic is None else self._max_dynamic   # CuPy's answer when never set
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value):
+        self._max_dynamic = value
+
+    @property
+    def num_regs(self):
+        """A register count that depends on the build only (for the occupancy the Hopper steps ask)."""
+        total = sum(v for v in self.defines.values() if isinstance(v, int) and not isinstance(v, bool))
+        return 40 + (7 * total + 3 * len(self.name)) % 160
 
     def __call__(self, grid, block, args, shared_mem=0, stream=None, **kwargs):
         self.log.append({
@@ -64,13 +80,17 @@ class FakeKernel:
             "defines": {k: v if isinstance(v, (int, str)) else repr(v) for k, v in sorted(self.defines.items())},
             "grid": [int(g) for g in grid], "block": [int(b) for b in block],
             "shared_mem": int(shared_mem),
-            "max_dynamic_smem": self.max_dynamic_shared_size_bytes,
+            "max_dynamic_smem": self._max_dynamic,
             "args": [encode(a) for a in args],
             "extra": sorted(kwargs),
             **({"carveout": self.preferred_shared_memory_carveout}
                if hasattr(self, "preferred_shared_memory_carveout") else {}),
             **_on(stream),
         })
+
+
+#: Every fake kernel by its ``ptr``, for the fake occupancy answer.
+KERNELS: dict = {}
 
 
 def encode(arg):
@@ -85,7 +105,51 @@ def encode(arg):
 #: compiler (``kernels.get_kernel``) is replaced instead, so the table holds the ``.cu`` file, the
 #: defines as compiled and whatever the step sets on the kernel before it launches.
 OWN_KERNEL = {("mlp", "tensor-core-3xtf32"), ("mlp", "tensor-core-fp16"), ("mlp", "final"),
-              ("mlp", "fp32-register-tiled"), ("lenet", "specialised")}
+              ("mlp", "fp32-register-tiled"), ("lenet", "specialised"), ("lenet", "hopper-final"),
+              ("lenet", "wgmma-final")}
+
+#: Steps whose grid reads device facts (SM count, occupancy, compute capability): the recorder
+#: fakes the device, deterministically per case (``fake_device``).
+DEVICE_FACTS = {("lenet", "hopper-final"), ("lenet", "wgmma-final")}
+_ORDINALS = iter(range(1000, 10 ** 9))
+
+
+def fake_device(shape: dict, monkeypatch) -> dict:
+    """A fresh fake device for one case (a new ordinal, so that no per-device cache answers from an
+    earlier case): compute capability 9.0, an SM count that depends on the case's shape (132, 114
+    or 78), and an occupancy answer from the fake kernel's registers and the shared memory asked."""
+    import cupy as cp
+
+    from kernelbook import gpu
+    from kernelbook.lenet import hopper
+
+    sms = (132, 114, 78)[sum(int(v) for v in shape.values()) % 3]
+    ordinal = next(_ORDINALS)
+    props = {"major": 9, "minor": 0, "multiProcessorCount": sms, "regsPerMultiprocessor": 65536,
+             "sharedMemPerMultiprocessor": 233472}
+    attributes = {"MultiProcessorCount": sms, "MaxRegistersPerMultiprocessor": 65536,
+                  "MaxSharedMemoryPerMultiprocessor": 233472, "MaxThreadsPerMultiProcessor": 2048}
+
+    class Device:
+        def __init__(self, device=None):
+            self.id = ordinal if device is None else device
+
+        @property
+        def attributes(self):
+            return dict(attributes)
+
+    def occupancy(ptr, threads, smem):
+        regs = KERNELS[ptr].num_regs
+        by_regs = (65536 // (-(-regs * 32 // 256) * 256)) // (threads // 32)
+        return max(0, min(by_regs, 233472 // (smem + 1024), 2048 // threads))
+
+    monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: ordinal)
+    monkeypatch.setattr(cp.cuda.runtime, "getDeviceProperties", lambda device: dict(props))
+    monkeypatch.setattr(cp.cuda, "Device", Device)
+    monkeypatch.setattr(cp.cuda.driver, "occupancyMaxActiveBlocksPerMultiprocessor", occupancy, raising=False)
+    monkeypatch.setattr(gpu, "_SM_COUNTS", {})
+    monkeypatch.setattr(hopper, "_ATTRIBUTES", {}, raising=False)
+    return {"sms": sms}
 
 
 class FakeGlobal:
@@ -289,6 +353,21 @@ def lenet_cases():
                  {"tile": 32, "workspace_mib": 2048}, {"tile": 0}, {"workspace_mib": -1}):
         for s in chunked:
             yield "lenet", STEPS.impl("unroll-matmul"), dict(zip("BMCHWK", s)), over
+    # the Hopper steps: persistent grids from the (fake) device's SM count and occupancy, C1 on
+    # step 14's kernel (hopper-final), the generic fallback, and their refusals
+    for over in ({}, {"c1_path": "tensor"}, {"c1_path": "direct"}, {"blocks_per_sm": 1},
+                 {"c1_path": "tensor", "threads": 128, "tiles_per_warp": 2, "groups_per_warp": 1, "prefetch": False,
+                  "streaming_stores": True, "min_blocks": 2, "blocks_per_sm": 4},
+                 {"threads": 512, "tiles_per_warp": 8, "groups_per_warp": 4, "min_blocks": 1},
+                 {"c1_path": "nope"}, {"threads": 100}, {"c1_path": "tensor", "threads": 1024, "min_blocks": 4}):
+        for s in shapes:
+            yield "lenet", STEPS.impl("hopper-final"), dict(zip("BMCHWK", s)), over
+    for over in ({}, {"blocks_per_sm": 1}, {"blocks_per_sm": 3, "threads": 128, "min_blocks": 1},
+                 {"threads": 384, "group": 1, "stages": 1, "rows_per_position": 1, "streaming_stores": False},
+                 {"rows_per_position": 4}, {"stages": 4, "min_blocks": 4}, {"threads": 200},
+                 {"threads": 1024, "min_blocks": 4}, {"blocks_per_sm": 33}):
+        for s in shapes:
+            yield "lenet", STEPS.impl("wgmma-final"), dict(zip("BMCHWK", s)), over
 
 
 def _problem(study, shape):
@@ -328,6 +407,8 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
     compiled: list = []
     with monkeypatch.context() as m:
         _patch(impl, log, m, compiled, own_kernel=(study, impl.slug) in OWN_KERNEL)
+        if (study, impl.slug) in DEVICE_FACTS:
+            entry["device"] = fake_device(shape, m)
         impl.prepare(params, problem)
         entry["prepared"] = sorted(set(compiled))
         y, operands = _operands(study, problem)
