@@ -305,6 +305,13 @@ def vgg_cases():
         for over in overrides:
             for s in shapes:
                 yield "vgg", STEPS.impl(slug), dict(zip("BCHWMK", s)), over
+    # the Hopper steps 11-14: raw weights (packed and cached on the first call, compared on the
+    # second) and prepared weights (vgg.prepare_weights), on a fake sm_90 device; K=17 is refused
+    for slug, overrides in {"hopper-tf32": [{}], "hopper-fp16": [{}, {"operand": "bf16"}, {"operand": "fp32"}],
+                            "hopper-3xtf32": [{}], "hopper-split": [{}]}.items():
+        for over in overrides:
+            for s in shapes + [(2, 3, 20, 20, 8, 17)]:
+                yield "vgg", STEPS.impl(slug), dict(zip("BCHWMK", s)), over
 
 
 def lenet_cases():
@@ -393,6 +400,80 @@ def _operands(study, problem=None):
     return Named("y"), (Named("x"), Named("w"), Named("b"))
 
 
+class FakeArray(Named):
+    """A device array of the VGG Hopper steps (allocated, copied, given as weights): its address
+    (``.data.ptr``) is its name; a device-to-device copy into it is logged."""
+
+    def __init__(self, name, log=None, shape=(), nbytes=0):
+        super().__init__(name)
+        self.log, self.shape, self.nbytes, self.data = log, tuple(shape), nbytes, self
+
+    @property
+    def ptr(self):
+        return self.name
+
+    def copy(self):
+        return FakeArray(f"copy({self.name})", self.log, self.shape, self.nbytes)
+
+    def copy_from_device_async(self, src, nbytes, stream=None):
+        self.log.append({"copy": f"{src.name}->{self.name}", "bytes": int(nbytes), **_on(stream)})
+
+
+#: The VGG Hopper steps: their own nvcc module, workspaces, TMA descriptors and weight packs.
+VGG_HOPPER = {("vgg", s) for s in ("hopper-tf32", "hopper-fp16", "hopper-3xtf32", "hopper-split")}
+
+
+def _patch_vgg_hopper(log, monkeypatch, compiled, shape):
+    """Their module (nvcc for sm_90a), CuPy's allocations and the driver's TMA descriptors become
+    named fakes; the device is a fresh fake sm_90 one (``fake_device``)."""
+    import cupy as cp
+
+    from kernelbook import gpu
+    from kernelbook.vgg import hopper
+
+    fake_device(shape, monkeypatch)
+    ordinal = cp.cuda.runtime.getDevice()
+
+    class Device:
+        id, compute_capability = ordinal, "90"
+
+        def __init__(self, device=None):
+            pass
+
+    count = iter(range(10 ** 6))
+    monkeypatch.setattr(cp.cuda, "Device", Device)
+    monkeypatch.setattr(gpu, "available", lambda: True)
+    monkeypatch.setattr(hopper, "_module", lambda source, defines: FakeModule(log, compiled, f"{source}@sm_90a",
+                                                                              dict(defines)))
+    monkeypatch.setattr(hopper, "tensor_map", lambda address, dtype, dims, strides, box:
+                        f"tmap({address},{dtype},{dims},{strides},{box})".encode())
+    monkeypatch.setattr(cp, "empty", lambda n, dtype=None: FakeArray(f"alloc{next(count)}:{n}:{cp.dtype(dtype).name}", log))
+    monkeypatch.setattr(cp, "empty_like", lambda a: FakeArray(f"alloc{next(count)}:like({a.name})", log))
+    monkeypatch.setattr(cp, "asarray", lambda a: FakeArray(f"desc{next(count)}[{bytes(a).decode()}]", log))
+
+
+def _record_vgg_hopper(impl, problem, params, log):
+    """Raw weights: a first call (pack and cache them) and a second on a caller's stream (the cache
+    compares them); then prepared weights (packed when made) for two calls likewise."""
+    from kernelbook.vgg.hopper import PreparedWeights
+
+    s = problem
+    y, x, b = Named("y"), Named("x"), Named("b")
+    w = FakeArray("w", log, (s.M, s.C, s.K, s.K), 4 * s.M * s.C * s.K * s.K)
+    log.append({"call": "raw weights"})
+    impl.launch(y, x, w, b, problem, params)
+    log.append({"call": 2, "stream": "caller_stream"})
+    impl.launch(y, x, w, b, problem, params, stream=FakeStream("caller_stream"))
+    log.append({"call": "prepare_weights"})
+    prepared = object.__new__(PreparedWeights)   # PreparedWeights.__init__ without check_weights (a CuPy check)
+    prepared.slug, prepared.w_shape, prepared.source, prepared._packed = impl.slug, w.shape, w.copy(), {}
+    prepared.packed(impl, prepared.shape(1, 2, 2), params)
+    log.append({"call": "prepared weights"})
+    impl.launch(y, x, prepared, b, problem, params)
+    log.append({"call": 2, "stream": "caller_stream"})
+    impl.launch(y, x, prepared, b, problem, params, stream=FakeStream("caller_stream"))
+
+
 def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
     """What ``validate``, ``prepare`` and ``launch`` do for one case."""
     entry = {"study": study, "step": impl.slug, "shape": shape, "params": overrides}
@@ -406,6 +487,13 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
     log: list = []
     compiled: list = []
     with monkeypatch.context() as m:
+        if (study, impl.slug) in VGG_HOPPER:
+            _patch_vgg_hopper(log, m, compiled, shape)
+            impl.prepare(params, problem)
+            entry["prepared"] = sorted(set(compiled))
+            _record_vgg_hopper(impl, problem, params, log)
+            entry["launches"] = log
+            return entry
         _patch(impl, log, m, compiled, own_kernel=(study, impl.slug) in OWN_KERNEL)
         if (study, impl.slug) in DEVICE_FACTS:
             entry["device"] = fake_device(shape, m)
