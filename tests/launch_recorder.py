@@ -55,7 +55,23 @@ def _on(stream):
 class FakeKernel:
     def __init__(self, log, name, defines, source=None):
         self.log, self.name, self.defines, self.source = log, name, defines, source
-        self.max_dynamic_shared_size_bytes = None
+        self._max_dynamic = None   # logged as set by the step (None: never set)
+        self.ptr = len(KERNELS) + 1
+        KERNELS[self.ptr] = self
+
+    @property
+    def max_dynamic_shared_size_bytes(self):
+        return 0 if self._max_dynamic is None else self._max_dynamic   # CuPy's answer when never set
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value):
+        self._max_dynamic = value
+
+    @property
+    def num_regs(self):
+        """A register count that depends on the build only (for the occupancy the Hopper steps ask)."""
+        total = sum(v for v in self.defines.values() if isinstance(v, int) and not isinstance(v, bool))
+        return 40 + (7 * total + 3 * len(self.name)) % 160
 
     def __call__(self, grid, block, args, shared_mem=0, stream=None, **kwargs):
         self.log.append({
@@ -64,13 +80,17 @@ class FakeKernel:
             "defines": {k: v if isinstance(v, (int, str)) else repr(v) for k, v in sorted(self.defines.items())},
             "grid": [int(g) for g in grid], "block": [int(b) for b in block],
             "shared_mem": int(shared_mem),
-            "max_dynamic_smem": self.max_dynamic_shared_size_bytes,
+            "max_dynamic_smem": self._max_dynamic,
             "args": [encode(a) for a in args],
             "extra": sorted(kwargs),
             **({"carveout": self.preferred_shared_memory_carveout}
                if hasattr(self, "preferred_shared_memory_carveout") else {}),
             **_on(stream),
         })
+
+
+#: Every fake kernel by its ``ptr``, for the fake occupancy answer.
+KERNELS: dict = {}
 
 
 def encode(arg):
@@ -85,7 +105,51 @@ def encode(arg):
 #: compiler (``kernels.get_kernel``) is replaced instead, so the table holds the ``.cu`` file, the
 #: defines as compiled and whatever the step sets on the kernel before it launches.
 OWN_KERNEL = {("mlp", "tensor-core-3xtf32"), ("mlp", "tensor-core-fp16"), ("mlp", "final"),
-              ("mlp", "fp32-register-tiled"), ("lenet", "specialised")}
+              ("mlp", "fp32-register-tiled"), ("lenet", "specialised"), ("lenet", "hopper-final"),
+              ("lenet", "wgmma-final")}
+
+#: Steps whose grid reads device facts (SM count, occupancy, compute capability): the recorder
+#: fakes the device, deterministically per case (``fake_device``).
+DEVICE_FACTS = {("lenet", "hopper-final"), ("lenet", "wgmma-final")}
+_ORDINALS = iter(range(1000, 10 ** 9))
+
+
+def fake_device(shape: dict, monkeypatch) -> dict:
+    """A fresh fake device for one case (a new ordinal, so that no per-device cache answers from an
+    earlier case): compute capability 9.0, an SM count that depends on the case's shape (132, 114
+    or 78), and an occupancy answer from the fake kernel's registers and the shared memory asked."""
+    import cupy as cp
+
+    from kernelbook import gpu
+    from kernelbook.lenet import hopper
+
+    sms = (132, 114, 78)[sum(int(v) for v in shape.values()) % 3]
+    ordinal = next(_ORDINALS)
+    props = {"major": 9, "minor": 0, "multiProcessorCount": sms, "regsPerMultiprocessor": 65536,
+             "sharedMemPerMultiprocessor": 233472}
+    attributes = {"MultiProcessorCount": sms, "MaxRegistersPerMultiprocessor": 65536,
+                  "MaxSharedMemoryPerMultiprocessor": 233472, "MaxThreadsPerMultiProcessor": 2048}
+
+    class Device:
+        def __init__(self, device=None):
+            self.id = ordinal if device is None else device
+
+        @property
+        def attributes(self):
+            return dict(attributes)
+
+    def occupancy(ptr, threads, smem):
+        regs = KERNELS[ptr].num_regs
+        by_regs = (65536 // (-(-regs * 32 // 256) * 256)) // (threads // 32)
+        return max(0, min(by_regs, 233472 // (smem + 1024), 2048 // threads))
+
+    monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: ordinal)
+    monkeypatch.setattr(cp.cuda.runtime, "getDeviceProperties", lambda device: dict(props))
+    monkeypatch.setattr(cp.cuda, "Device", Device)
+    monkeypatch.setattr(cp.cuda.driver, "occupancyMaxActiveBlocksPerMultiprocessor", occupancy, raising=False)
+    monkeypatch.setattr(gpu, "_SM_COUNTS", {})
+    monkeypatch.setattr(hopper, "_ATTRIBUTES", {}, raising=False)
+    return {"sms": sms}
 
 
 class FakeGlobal:
@@ -241,6 +305,13 @@ def vgg_cases():
         for over in overrides:
             for s in shapes:
                 yield "vgg", STEPS.impl(slug), dict(zip("BCHWMK", s)), over
+    # the Hopper steps 11-14: raw weights (packed and cached on the first call, compared on the
+    # second) and prepared weights (vgg.prepare_weights), on a fake sm_90 device; K=17 is refused
+    for slug, overrides in {"hopper-tf32": [{}], "hopper-fp16": [{}, {"operand": "bf16"}, {"operand": "fp32"}],
+                            "hopper-3xtf32": [{}], "hopper-split": [{}]}.items():
+        for over in overrides:
+            for s in shapes + [(2, 3, 20, 20, 8, 17)]:
+                yield "vgg", STEPS.impl(slug), dict(zip("BCHWMK", s)), over
 
 
 def lenet_cases():
@@ -289,6 +360,21 @@ def lenet_cases():
                  {"tile": 32, "workspace_mib": 2048}, {"tile": 0}, {"workspace_mib": -1}):
         for s in chunked:
             yield "lenet", STEPS.impl("unroll-matmul"), dict(zip("BMCHWK", s)), over
+    # the Hopper steps: persistent grids from the (fake) device's SM count and occupancy, C1 on
+    # step 14's kernel (hopper-final), the generic fallback, and their refusals
+    for over in ({}, {"c1_path": "tensor"}, {"c1_path": "direct"}, {"blocks_per_sm": 1},
+                 {"c1_path": "tensor", "threads": 128, "tiles_per_warp": 2, "groups_per_warp": 1, "prefetch": False,
+                  "streaming_stores": True, "min_blocks": 2, "blocks_per_sm": 4},
+                 {"threads": 512, "tiles_per_warp": 8, "groups_per_warp": 4, "min_blocks": 1},
+                 {"c1_path": "nope"}, {"threads": 100}, {"c1_path": "tensor", "threads": 1024, "min_blocks": 4}):
+        for s in shapes:
+            yield "lenet", STEPS.impl("hopper-final"), dict(zip("BMCHWK", s)), over
+    for over in ({}, {"blocks_per_sm": 1}, {"blocks_per_sm": 3, "threads": 128, "min_blocks": 1},
+                 {"threads": 384, "group": 1, "stages": 1, "rows_per_position": 1, "streaming_stores": False},
+                 {"rows_per_position": 4}, {"stages": 4, "min_blocks": 4}, {"threads": 200},
+                 {"threads": 1024, "min_blocks": 4}, {"blocks_per_sm": 33}):
+        for s in shapes:
+            yield "lenet", STEPS.impl("wgmma-final"), dict(zip("BMCHWK", s)), over
 
 
 def _problem(study, shape):
@@ -314,6 +400,80 @@ def _operands(study, problem=None):
     return Named("y"), (Named("x"), Named("w"), Named("b"))
 
 
+class FakeArray(Named):
+    """A device array of the VGG Hopper steps (allocated, copied, given as weights): its address
+    (``.data.ptr``) is its name; a device-to-device copy into it is logged."""
+
+    def __init__(self, name, log=None, shape=(), nbytes=0):
+        super().__init__(name)
+        self.log, self.shape, self.nbytes, self.data = log, tuple(shape), nbytes, self
+
+    @property
+    def ptr(self):
+        return self.name
+
+    def copy(self):
+        return FakeArray(f"copy({self.name})", self.log, self.shape, self.nbytes)
+
+    def copy_from_device_async(self, src, nbytes, stream=None):
+        self.log.append({"copy": f"{src.name}->{self.name}", "bytes": int(nbytes), **_on(stream)})
+
+
+#: The VGG Hopper steps: their own nvcc module, workspaces, TMA descriptors and weight packs.
+VGG_HOPPER = {("vgg", s) for s in ("hopper-tf32", "hopper-fp16", "hopper-3xtf32", "hopper-split")}
+
+
+def _patch_vgg_hopper(log, monkeypatch, compiled, shape):
+    """Their module (nvcc for sm_90a), CuPy's allocations and the driver's TMA descriptors become
+    named fakes; the device is a fresh fake sm_90 one (``fake_device``)."""
+    import cupy as cp
+
+    from kernelbook import gpu
+    from kernelbook.vgg import hopper
+
+    fake_device(shape, monkeypatch)
+    ordinal = cp.cuda.runtime.getDevice()
+
+    class Device:
+        id, compute_capability = ordinal, "90"
+
+        def __init__(self, device=None):
+            pass
+
+    count = iter(range(10 ** 6))
+    monkeypatch.setattr(cp.cuda, "Device", Device)
+    monkeypatch.setattr(gpu, "available", lambda: True)
+    monkeypatch.setattr(hopper, "_module", lambda source, defines: FakeModule(log, compiled, f"{source}@sm_90a",
+                                                                              dict(defines)))
+    monkeypatch.setattr(hopper, "tensor_map", lambda address, dtype, dims, strides, box:
+                        f"tmap({address},{dtype},{dims},{strides},{box})".encode())
+    monkeypatch.setattr(cp, "empty", lambda n, dtype=None: FakeArray(f"alloc{next(count)}:{n}:{cp.dtype(dtype).name}", log))
+    monkeypatch.setattr(cp, "empty_like", lambda a: FakeArray(f"alloc{next(count)}:like({a.name})", log))
+    monkeypatch.setattr(cp, "asarray", lambda a: FakeArray(f"desc{next(count)}[{bytes(a).decode()}]", log))
+
+
+def _record_vgg_hopper(impl, problem, params, log):
+    """Raw weights: a first call (pack and cache them) and a second on a caller's stream (the cache
+    compares them); then prepared weights (packed when made) for two calls likewise."""
+    from kernelbook.vgg.hopper import PreparedWeights
+
+    s = problem
+    y, x, b = Named("y"), Named("x"), Named("b")
+    w = FakeArray("w", log, (s.M, s.C, s.K, s.K), 4 * s.M * s.C * s.K * s.K)
+    log.append({"call": "raw weights"})
+    impl.launch(y, x, w, b, problem, params)
+    log.append({"call": 2, "stream": "caller_stream"})
+    impl.launch(y, x, w, b, problem, params, stream=FakeStream("caller_stream"))
+    log.append({"call": "prepare_weights"})
+    prepared = object.__new__(PreparedWeights)   # PreparedWeights.__init__ without check_weights (a CuPy check)
+    prepared.slug, prepared.w_shape, prepared.source, prepared._packed = impl.slug, w.shape, w.copy(), {}
+    prepared.packed(impl, prepared.shape(1, 2, 2), params)
+    log.append({"call": "prepared weights"})
+    impl.launch(y, x, prepared, b, problem, params)
+    log.append({"call": 2, "stream": "caller_stream"})
+    impl.launch(y, x, prepared, b, problem, params, stream=FakeStream("caller_stream"))
+
+
 def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
     """What ``validate``, ``prepare`` and ``launch`` do for one case."""
     entry = {"study": study, "step": impl.slug, "shape": shape, "params": overrides}
@@ -327,7 +487,16 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
     log: list = []
     compiled: list = []
     with monkeypatch.context() as m:
+        if (study, impl.slug) in VGG_HOPPER:
+            _patch_vgg_hopper(log, m, compiled, shape)
+            impl.prepare(params, problem)
+            entry["prepared"] = sorted(set(compiled))
+            _record_vgg_hopper(impl, problem, params, log)
+            entry["launches"] = log
+            return entry
         _patch(impl, log, m, compiled, own_kernel=(study, impl.slug) in OWN_KERNEL)
+        if (study, impl.slug) in DEVICE_FACTS:
+            entry["device"] = fake_device(shape, m)
         impl.prepare(params, problem)
         entry["prepared"] = sorted(set(compiled))
         y, operands = _operands(study, problem)

@@ -2,13 +2,15 @@
 
 ``tests/data/launch_table.json`` was recorded (``python tests/launch_recorder.py``) from the hand-
 written launch paths (MLP ``plan()/args()`` of steps 00-16, VGG ``geometry()`` of steps 00-10,
-LeNet's own ``launch`` of steps 00-07 and 09-14, the streams step's chunks and streams
-included) before they were ported to the declared ``launches()``/``launch_args()`` of
-``kernelbook.steps``: for each step, several valid and invalid shapes and parameter sets, whether
-``validate`` refuses (and with which error), which kernels ``prepare`` compiles, and every kernel
-call ``launch`` makes (kernel, compile-time defines, grid, block, shared memory, opt-in dynamic
-shared memory, arguments by name and type, the stream when it is not the caller's, a constant-
-memory upload). The ported code must issue exactly the same; on a GPU, ``make test-gpu`` checks the
+LeNet's own ``launch`` of steps 00-07 and 09-16, the streams step's chunks and streams included,
+the Hopper steps 15-16 on a fake device: SM count, occupancy, compute capability) before they were
+ported to the declared ``launches()``/``launch_args()`` of ``kernelbook.steps``: for each step,
+several valid and invalid shapes and parameter sets, whether ``validate`` refuses (and with which
+error), which kernels ``prepare`` compiles, and every kernel call ``launch`` makes (kernel,
+compile-time defines, grid, block, shared memory, opt-in dynamic shared memory, arguments by name
+and type, the stream when it is not the caller's, a constant-memory upload). The ported code must
+issue exactly the same. VGG 11-14 (Hopper) still launch by hand; their rows (raw and prepared
+weights, on a fake sm_90 device) hold them to what they did; on a GPU, ``make test-gpu`` checks the
 kernels themselves against float64.
 """
 

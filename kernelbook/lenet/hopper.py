@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..limits import H100, check_launch, check_launch_bounds
+from ..steps import Launch, StepImpl
 from .variants import GENERIC_THREADS, INT32_MAX, ConvShape, ConvVariant, ceil_div, generic_plan, int32
 
 HOPPER_MAX_K = 7                # the 8-column window holds both output offsets only for K <= 7
@@ -60,6 +61,9 @@ class HopperFinal(ConvVariant):
     tolerance = 1e-5
     precision: ClassVar[str] = "fp32"
 
+    def __init__(self) -> None:
+        self._launches: dict = {}   # (shape, device, params) -> [Launch] (the persistent grid)
+
     # -- geometry (mirrors the constexprs of 15_hopper_final.cu)
 
     @staticmethod
@@ -111,10 +115,14 @@ class HopperFinal(ConvVariant):
         return self.specialised().source if self.direct(shape, params) else self.source
 
     def prepare(self, params: dict, shape: ConvShape) -> None:
+        """Compile (one build holds both kernels) and work out the launch's device facts, outside
+        timings."""
         if self.direct(shape, params):
             self.specialised().prepare(self.specialised().params(), shape)
-        else:
-            super().prepare(params, shape)
+            return
+        for name in self.kernel_names:
+            self.kernel(name, params, shape)
+        self.launches(shape, params)
 
     def plan(self, shape: ConvShape, params: dict) -> dict:
         """``{"kernel": "conv_hopper", ...}`` or ``{"kernel": "conv_generic", "reason": ...}``."""
@@ -149,14 +157,12 @@ class HopperFinal(ConvVariant):
 
     # -- checks before any launch
 
-    def validate(self, shape: ConvShape, params: dict) -> None:
-        super().validate(shape, params)
+    def check_params(self, shape: ConvShape, params: dict) -> None:
         if params["c1_path"] not in ("auto", "tensor", "direct"):
             raise ParameterError(f"c1_path={params['c1_path']!r} is not 'auto', 'tensor' or 'direct'.",
                                  "pass c1_path='auto' (step 14's FP32 kernel for fewer than 8 maps).")
         if self.direct(shape, params):
-            self.specialised().validate(shape, self.specialised().params())
-            return
+            return   # step 14's parameters are its defaults (check_launches validates them)
         for name in ("threads", "tiles_per_warp", "groups_per_warp", "min_blocks", "blocks_per_sm"):
             value = params[name]
             lo, hi = {"threads": (64, 1024), "tiles_per_warp": (1, 8), "groups_per_warp": (1, 4),
@@ -169,9 +175,18 @@ class HopperFinal(ConvVariant):
         for name in ("prefetch", "streaming_stores"):
             if params[name] not in ("auto", True, False):
                 raise ParameterError(f"{name}={params[name]!r} must be 'auto', True or False.", f"pass {name}='auto'.")
+
+    def check_launches(self, shape: ConvShape, params: dict, launches=None) -> None:
+        """Step 14's checks for the shapes it runs; else the declared launch, without asking the
+        device: its grid as on an H100 (132 SMs) with ``blocks_per_sm`` (or ``min_blocks`` for
+        'auto') blocks each, which is at most B anyway."""
+        if self.direct(shape, params):
+            self.specialised().validate(shape, self.specialised().params())
+            return
         plan = self.plan(shape, params)
         if plan["kernel"] == "conv_generic":
-            check_launch((plan["grid"],), (GENERIC_THREADS,), 0, 0, what=f"{self.slug} (conv_generic)")
+            (launch,) = self._declared(shape, params, 0)
+            check_launch(launch.grid, launch.block, 0, 0, what=f"{self.slug} (conv_generic)")
             return
         regs_per_thread = 65536 // (plan["threads"] * plan["min_blocks"])
         if regs_per_thread < 32:
@@ -179,13 +194,52 @@ class HopperFinal(ConvVariant):
                              "registers per thread.", "lower min_blocks or threads.")
         check_launch_bounds(plan["threads"], plan["min_blocks"], what=f"{self.slug} (conv_hopper)")
         blocks = params["blocks_per_sm"] if params["blocks_per_sm"] != "auto" else plan["min_blocks"]
-        grid = min(shape.B, H100_SMS * blocks)
-        static_smem = 2 * 4 * (plan["threads"] // 32)  # the two per-warp reduction arrays
-        check_launch((grid,), (plan["threads"],), plan["smem_bytes"], static_smem, what=f"{self.slug} (conv_hopper)")
+        (launch,) = self._declared(shape, params, H100_SMS * blocks)
+        check_launch(launch.grid, launch.block, launch.dynamic_smem, launch.static_smem,
+                     what=f"{self.slug} (conv_hopper)")
         if shape.B * shape.M * shape.H_out * shape.W_out > INT32_MAX or shape.B > INT32_MAX:
             raise ShapeError("the output exceeds 2^31 - 1 elements.", "split the batch.")
 
-    # -- launch
+    # -- the declared launch (its persistent grid from the device, cached per shape, parameters
+    #    and device)
+
+    def _declared(self, shape: ConvShape, params: dict, blocks: int) -> list[Launch]:
+        """The plan's one launch, with at most ``blocks`` persistent blocks (the generic fallback's
+        grid is the plan's)."""
+        plan = self.plan(shape, params)
+        if plan["kernel"] == "conv_generic":
+            return [Launch("conv_generic", (plan["grid"],), (GENERIC_THREADS,))]
+        return [Launch("conv_hopper", (min(shape.B, blocks),), (plan["threads"],), dynamic_smem=plan["smem_bytes"],
+                       static_smem=2 * 4 * (plan["threads"] // 32),   # the two per-warp reduction arrays
+                       min_blocks=plan["min_blocks"])]
+
+    def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
+        """Step 14's launch for the shapes it runs (``launch`` hands them to it, with its
+        constant-memory copy); else the plan's launch, for ``conv_hopper`` a persistent grid of
+        min(B, SMs x blocks per SM) from the current device (``_device_blocks``), worked out once
+        per (shape, parameters, device)."""
+        if self.direct(shape, params):
+            return self.specialised().launches(shape, self.specialised().params())
+        import cupy as cp
+
+        key = (shape, cp.cuda.runtime.getDevice(), *params.items())   # (order: a second entry at worst)
+        found = self._launches.get(key)
+        if found is None:
+            generic = self.plan(shape, params)["kernel"] == "conv_generic"
+            blocks = 0 if generic else self._device_blocks(shape, params)
+            found = self._launches[key] = self._declared(shape, params, blocks)
+        return found
+
+    def _device_blocks(self, shape: ConvShape, params: dict) -> int:
+        """SMs x blocks per SM on the current device: the SM count (``gpu.multiprocessors``), and
+        for blocks_per_sm='auto' the resident blocks of the compiled kernel."""
+        from .. import gpu
+
+        plan = self.plan(shape, params)
+        per_sm = params["blocks_per_sm"]
+        if per_sm == "auto":
+            per_sm = self._blocks_per_sm(self.kernel("conv_hopper", params, shape), plan["threads"], plan["smem_bytes"])
+        return gpu.multiprocessors() * per_sm   # persistent: each block loops over images
 
     @staticmethod
     def _attributes() -> dict:
@@ -208,21 +262,16 @@ class HopperFinal(ConvVariant):
         by_threads = attrs.get("MaxThreadsPerMultiProcessor", 2048) // threads
         return max(1, min(by_regs, by_smem, by_threads, 32))
 
+    def launch_args(self, launch, y, operands, shape: ConvShape, params: dict) -> tuple:
+        if launch.kernel == "conv_generic":
+            return super().launch_args(launch, y, operands, shape, params)
+        x, k = operands
+        return (y, x, k, *int32(shape.B))   # the rest of the shape is compiled in
+
     def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
+        """Shapes on step 14's kernel go to its launch (it copies constant-memory weights first);
+        the others run the declared launch."""
         if self.direct(shape, params):
             self.specialised().launch(y, x, k, shape, self.specialised().params(), stream=stream)
             return
-        plan = self.plan(shape, params)
-        kernel = self.kernel(plan["kernel"], params, shape)
-        if plan["kernel"] == "conv_generic":
-            kernel((plan["grid"],), (GENERIC_THREADS,),
-                   (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)), stream=stream)
-            return
-        if plan["smem_bytes"] > STATIC_SMEM_MAX and kernel.max_dynamic_shared_size_bytes < plan["smem_bytes"]:
-            kernel.max_dynamic_shared_size_bytes = plan["smem_bytes"]  # opt in past 48 KiB
-        per_sm = params["blocks_per_sm"]
-        if per_sm == "auto":
-            per_sm = self._blocks_per_sm(kernel, plan["threads"], plan["smem_bytes"])
-        sms = self._attributes()["MultiProcessorCount"]
-        grid = min(shape.B, sms * per_sm)  # persistent: each block loops over images
-        kernel((grid,), (plan["threads"],), (y, x, k, *int32(shape.B)), shared_mem=plan["smem_bytes"], stream=stream)
+        StepImpl.launch(self, y, x, k, shape, params, stream=stream)

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..limits import H100, check_launch, check_launch_bounds
+from ..steps import Launch
 from .variants import GENERIC_THREADS, INT32_MAX, ConvShape, ConvVariant, ceil_div, generic_plan, int32
 
 WGMMA_MAX_K = 7            # the 8-column window holds both column offsets only for K <= 7
@@ -62,7 +63,8 @@ class WgmmaFinal(ConvVariant):
     def __init__(self) -> None:
         self._plans: dict = {}       # (shape, params) -> plan
         self._validated: set = set()  # (shape, params) accepted by validate
-        self._launches: dict = {}    # (shape, params, device) -> (kernel, grid, threads, smem)
+        self._launches: dict = {}    # (shape, params, device) -> [Launch] (the persistent grid)
+        self._kernels: dict = {}     # (shape, params, kernel name, device) -> compiled kernel
 
     @staticmethod
     def _key(shape: ConvShape, params: dict) -> tuple:
@@ -123,10 +125,6 @@ class WgmmaFinal(ConvVariant):
             group = 3 if geo["k_steps"] > 4 else geo["k_steps"]
         return {"kernel": "conv_wgmma", "reason": None, **cfg, "group": group, **geo}
 
-    def prepare(self, params: dict, shape: ConvShape) -> None:
-        """Compile the planned kernel and look up the launch's device facts (outside timings)."""
-        self._launch_config(shape, params)
-
     def kernels_for(self, params: dict, shape: ConvShape) -> tuple[str, ...]:
         return (self.plan(shape, params)["kernel"],)
 
@@ -147,7 +145,10 @@ class WgmmaFinal(ConvVariant):
         key = self._key(shape, params)
         if key in self._validated:
             return
-        super().validate(shape, params)
+        super().validate(shape, params)   # the 32-bit sizes, check_params, then check_launches
+        self._validated.add(key)
+
+    def check_params(self, shape: ConvShape, params: dict) -> None:
         limits = {"threads": (128, 1024), "min_blocks": (1, 4), "group": (1, 64), "stages": (1, 4),
                   "rows_per_position": (1, 4), "blocks_per_sm": (1, 32)}
         for name, (lo, hi) in limits.items():
@@ -161,53 +162,71 @@ class WgmmaFinal(ConvVariant):
         if params["streaming_stores"] not in ("auto", True, False):
             raise ParameterError(f"streaming_stores={params['streaming_stores']!r} must be 'auto', True or False.",
                                  "pass streaming_stores='auto'.")
+
+    def check_launches(self, shape: ConvShape, params: dict, launches=None) -> None:
+        """The declared launch, without asking the device: its grid as on an H100 (132 SMs) with
+        ``blocks_per_sm`` (or ``min_blocks`` for 'auto') blocks each, which is at most B anyway."""
         plan = self.plan(shape, params)
         if plan["kernel"] == "conv_generic":
-            check_launch((plan["grid"],), (GENERIC_THREADS,), 0, 0, what=f"{self.slug} (conv_generic)")
-        else:
-            regs = 65536 // (plan["threads"] * plan["min_blocks"])
-            if regs < 64:
-                raise LaunchLimitError(f"threads={plan['threads']} x min_blocks={plan['min_blocks']} leaves {regs} "
-                                       "registers per thread (the accumulators alone need up to 96).",
-                                       "lower min_blocks or threads.")
-            check_launch_bounds(plan["threads"], plan["min_blocks"], what=f"{self.slug} (conv_wgmma)")
-            blocks = params["blocks_per_sm"] if params["blocks_per_sm"] != "auto" else plan["min_blocks"]
-            check_launch((min(shape.B, H100_SMS * blocks),), (plan["threads"],), plan["smem_bytes"], 256,
-                         what=f"{self.slug} (conv_wgmma)")
-            if shape.B * shape.M * shape.H_out * shape.W_out > INT32_MAX:
-                raise ShapeError("the output exceeds 2^31 - 1 elements.", "split the batch.")
-        self._validated.add(key)
+            (launch,) = self._declared(shape, params, 0)
+            check_launch(launch.grid, launch.block, 0, 0, what=f"{self.slug} (conv_generic)")
+            return
+        regs = 65536 // (plan["threads"] * plan["min_blocks"])
+        if regs < 64:
+            raise LaunchLimitError(f"threads={plan['threads']} x min_blocks={plan['min_blocks']} leaves {regs} "
+                                   "registers per thread (the accumulators alone need up to 96).",
+                                   "lower min_blocks or threads.")
+        check_launch_bounds(plan["threads"], plan["min_blocks"], what=f"{self.slug} (conv_wgmma)")
+        blocks = params["blocks_per_sm"] if params["blocks_per_sm"] != "auto" else plan["min_blocks"]
+        (launch,) = self._declared(shape, params, H100_SMS * blocks)
+        check_launch(launch.grid, launch.block, launch.dynamic_smem, launch.static_smem,
+                     what=f"{self.slug} (conv_wgmma)")
+        if shape.B * shape.M * shape.H_out * shape.W_out > INT32_MAX:
+            raise ShapeError("the output exceeds 2^31 - 1 elements.", "split the batch.")
 
-    # -- launch (device facts and the kernel cached per shape, parameters and device)
+    # -- the declared launch (its persistent grid from the device, cached per shape, parameters
+    #    and device)
 
-    def _launch_config(self, shape: ConvShape, params: dict):
+    def _declared(self, shape: ConvShape, params: dict, blocks: int) -> list[Launch]:
+        """The plan's one launch, with at most ``blocks`` persistent blocks (the generic fallback's
+        grid is the plan's)."""
+        plan = self.plan(shape, params)
+        if plan["kernel"] == "conv_generic":
+            return [Launch("conv_generic", (plan["grid"],), (GENERIC_THREADS,))]
+        return [Launch("conv_wgmma", (min(shape.B, blocks),), (plan["threads"],), dynamic_smem=plan["smem_bytes"],
+                       static_smem=256, min_blocks=plan["min_blocks"])]
+
+    def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
+        """The plan's launch; for ``conv_wgmma`` a persistent grid of min(B, SMs x blocks per SM)
+        from the current device (``_device_blocks``), worked out once per (shape, parameters, device)."""
         import cupy as cp
 
-        device = cp.cuda.runtime.getDevice()
-        key = (self._key(shape, params), device)
-        config = self._launches.get(key)
-        if config is not None:
-            return config
+        key = (self._key(shape, params), cp.cuda.runtime.getDevice())
+        found = self._launches.get(key)
+        if found is None:
+            generic = self.plan(shape, params)["kernel"] == "conv_generic"
+            blocks = 0 if generic else self._device_blocks(shape, params, key[1])
+            found = self._launches[key] = self._declared(shape, params, blocks)
+        return found
+
+    def _device_blocks(self, shape: ConvShape, params: dict, device: int) -> int:
+        """SMs x blocks per SM on ``device`` (refused unless it has sm_90a's wgmma): the SM count,
+        and for blocks_per_sm='auto' the occupancy of the compiled kernel."""
+        import cupy as cp
+
         plan = self.plan(shape, params)
-        if plan["kernel"] == "conv_generic":
-            config = (self.kernel("conv_generic", params, shape), (plan["grid"],), GENERIC_THREADS, 0, True)
-        else:
-            props = cp.cuda.runtime.getDeviceProperties(device)
-            if (int(props["major"]), int(props["minor"])) != (9, 0):
-                raise ParameterError(f"step {self.slug} runs wgmma (sm_90a), which this GPU "
-                                     f"(compute capability {props['major']}.{props['minor']}) does not have.",
-                                     "run it on an H100 or H200, or use step hopper-final.")
+        props = cp.cuda.runtime.getDeviceProperties(device)
+        if (int(props["major"]), int(props["minor"])) != (9, 0):
+            raise ParameterError(f"step {self.slug} runs wgmma (sm_90a), which this GPU "
+                                 f"(compute capability {props['major']}.{props['minor']}) does not have.",
+                                 "run it on an H100 or H200, or use step hopper-final.")
+        per_sm = params["blocks_per_sm"]
+        if per_sm == "auto":
             kernel = self.kernel("conv_wgmma", params, shape)
-            smem = plan["smem_bytes"]
-            if smem > H100.static_smem_per_block:
-                kernel.max_dynamic_shared_size_bytes = smem  # opt in past 48 KiB
-            per_sm = params["blocks_per_sm"]
-            if per_sm == "auto":
-                per_sm = self._blocks_per_sm(kernel, plan["threads"], smem, props)
-            grid = min(shape.B, int(props["multiProcessorCount"]) * per_sm)  # persistent: blocks loop over images
-            config = (kernel, (grid,), plan["threads"], smem, False)
-        self._launches[key] = config
-        return config
+            if plan["smem_bytes"] > H100.static_smem_per_block:
+                kernel.max_dynamic_shared_size_bytes = plan["smem_bytes"]  # opt in past 48 KiB
+            per_sm = self._blocks_per_sm(kernel, plan["threads"], plan["smem_bytes"], props)
+        return int(props["multiProcessorCount"]) * per_sm   # persistent: blocks loop over images
 
     @staticmethod
     def _blocks_per_sm(kernel, threads: int, smem: int, props: dict) -> int:
@@ -222,10 +241,18 @@ class WgmmaFinal(ConvVariant):
             by_smem = int(props.get("sharedMemPerMultiprocessor", 233472)) // (smem + 1024)
             return max(1, min(by_regs, by_smem, 2048 // threads))
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        kernel, grid, threads, smem, generic = self._launch_config(shape, params)
-        if generic:
-            kernel(grid, (threads,), (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K)),
-                   stream=stream)
-        else:
-            kernel(grid, (threads,), (y, x, k, *int32(shape.B)), shared_mem=smem, stream=stream)
+    def launch_args(self, launch, y, operands, shape: ConvShape, params: dict) -> tuple:
+        if launch.kernel == "conv_generic":
+            return super().launch_args(launch, y, operands, shape, params)
+        x, k = operands
+        return (y, x, k, *int32(shape.B))   # the rest of the shape is compiled in
+
+    def kernel(self, name: str, params: dict, shape: ConvShape):
+        """The compiled kernel, looked up once per (shape, parameters, device)."""
+        import cupy as cp
+
+        key = (shape, name, cp.cuda.runtime.getDevice(), *params.items())   # (order: a second entry at worst)
+        fn = self._kernels.get(key)
+        if fn is None:
+            fn = self._kernels[key] = super().kernel(name, params, shape)
+        return fn
