@@ -158,7 +158,10 @@ class StepImpl:
         for launch in declared:
             kernel = self.kernel(launch.kernel, params, problem)
             if launch.dynamic_smem > H100.static_smem_per_block:  # beyond the default a kernel must opt in
-                kernel.max_dynamic_shared_size_bytes = launch.dynamic_smem
+                opted = self.__dict__.setdefault("_opted_in", {})  # once per kernel and size: the attribute stays
+                if opted.get(id(kernel)) != (kernel, launch.dynamic_smem):
+                    kernel.max_dynamic_shared_size_bytes = launch.dynamic_smem
+                    opted[id(kernel)] = (kernel, launch.dynamic_smem)
             kernel(launch.grid, launch.block, self.launch_args(launch, y, tuple(operands), problem, params),
                    shared_mem=launch.dynamic_smem, stream=stream)
 
