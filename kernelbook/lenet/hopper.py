@@ -9,7 +9,8 @@ from typing import ClassVar
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..limits import H100, check_launch, check_launch_bounds
 from ..steps import Launch, StepImpl
-from .variants import GENERIC_THREADS, INT32_MAX, ConvShape, ConvVariant, ceil_div, generic_plan, int32
+from .variants import (INT32_MAX, ConvShape, ConvVariant, ceil_div, generic_plan, int32,
+                       persistent_launches)
 
 HOPPER_MAX_K = 7                # the 8-column window holds both output offsets only for K <= 7
 HOPPER_SMEM_MAX = 200 * 1024    # dynamic shared memory per block this plan accepts (opt-in limit 227 KiB)
@@ -207,11 +208,8 @@ class HopperFinal(ConvVariant):
         """The plan's one launch, with at most ``blocks`` persistent blocks (the generic fallback's
         grid is the plan's)."""
         plan = self.plan(shape, params)
-        if plan["kernel"] == "conv_generic":
-            return [Launch("conv_generic", (plan["grid"],), (GENERIC_THREADS,))]
-        return [Launch("conv_hopper", (min(shape.B, blocks),), (plan["threads"],), dynamic_smem=plan["smem_bytes"],
-                       static_smem=2 * 4 * (plan["threads"] // 32),   # the two per-warp reduction arrays
-                       min_blocks=plan["min_blocks"])]
+        return persistent_launches(plan, "conv_hopper", shape.B, blocks,
+                                   static_smem=2 * 4 * (plan["threads"] // 32))   # the two per-warp reduction arrays
 
     def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
         """Step 14's launch for the shapes it runs (``launch`` hands them to it, with its

@@ -111,3 +111,11 @@ def generic_plan(shape: ConvShape, reason: str) -> dict:
     return {"kernel": "conv_generic", "reason": reason, "threads": GENERIC_THREADS,
             "grid": min(ceil_div(n, GENERIC_THREADS), 65535 * 8), "smem_bytes": 0}
 
+
+def persistent_launches(plan: dict, kernel: str, images: int, blocks: int, static_smem: int) -> list[Launch]:
+    """A Hopper step's one launch from its plan: ``kernel`` on a persistent grid of at most
+    ``blocks`` blocks (never more than the ``images``), or the plan's ``conv_generic`` fallback."""
+    if plan["kernel"] == "conv_generic":
+        return [Launch("conv_generic", (plan["grid"],), (GENERIC_THREADS,))]
+    return [Launch(kernel, (min(images, blocks),), (plan["threads"],), dynamic_smem=plan["smem_bytes"],
+                   static_smem=static_smem, min_blocks=plan["min_blocks"])]

@@ -14,7 +14,8 @@ from typing import ClassVar
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..limits import H100, check_launch, check_launch_bounds
 from ..steps import Launch
-from .variants import GENERIC_THREADS, INT32_MAX, ConvShape, ConvVariant, ceil_div, generic_plan, int32
+from .variants import (INT32_MAX, ConvShape, ConvVariant, ceil_div, generic_plan, int32,
+                       persistent_launches)
 
 WGMMA_MAX_K = 7            # the 8-column window holds both column offsets only for K <= 7
 WGMMA_MAX_COLUMNS = 32     # (map, output row) pairs per position: N of the wide product <= 128
@@ -190,11 +191,7 @@ class WgmmaFinal(ConvVariant):
     def _declared(self, shape: ConvShape, params: dict, blocks: int) -> list[Launch]:
         """The plan's one launch, with at most ``blocks`` persistent blocks (the generic fallback's
         grid is the plan's)."""
-        plan = self.plan(shape, params)
-        if plan["kernel"] == "conv_generic":
-            return [Launch("conv_generic", (plan["grid"],), (GENERIC_THREADS,))]
-        return [Launch("conv_wgmma", (min(shape.B, blocks),), (plan["threads"],), dynamic_smem=plan["smem_bytes"],
-                       static_smem=256, min_blocks=plan["min_blocks"])]
+        return persistent_launches(self.plan(shape, params), "conv_wgmma", shape.B, blocks, static_smem=256)
 
     def launches(self, shape: ConvShape, params: dict) -> list[Launch]:
         """The plan's launch; for ``conv_wgmma`` a persistent grid of min(B, SMs x blocks per SM)
