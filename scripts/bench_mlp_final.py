@@ -9,7 +9,8 @@ Reuses scripts/bench_mlp_hopper.py (data, float64 reference, packings, range cas
 timer, PyTorch rows); adds:
 1. build: every variant of kernels/mlp/17_final_full_range.cu listed in VARIANTS (warps, m-tiles,
    blocks/SM = __launch_bounds__ minimum, n-tile groups); the unmeasured candidate
-   data/bench/mlp/14_tensor_core_fp16.next.cu (step 14 with x staged ahead) in four launch shapes;
+   data/bench/mlp/14_tensor_core_fp16.next.cu (step 14 with x staged ahead; measured slower and removed:
+   restore it from history as data/bench/mlp/NOTES.md says) in four launch shapes, when present;
    and, with --prev DIR, older versions kept there (17_prev.cu: the first step 17; 16_next.cu);
 2. checks vs float64 (FP16 steps: scaled absolute difference vs float32) on fresh data, output
    poisoned with NaN, at N = 1 .. 12,805, incl. N % 4 != 0 and a misaligned x (both take the
