@@ -604,3 +604,16 @@ def test_profiles_page_executes_in_replay_with_nothing_recorded(results_root, no
     assert "not recorded yet" in text
     assert not any(o.get("output_type") == "error" for cell in nb.cells if cell.cell_type == "code"
                    for o in cell.outputs)
+
+
+def test_a_split_step_is_judged_against_its_own_units_roof():
+    """A step on one TF32 and two BF16 products (``tf32+2xbf16``) above the TF32 roof but under the
+    FP16 one gets the note that its rate counts the problem's FLOPs; a library row there gets none."""
+    import pandas as pd
+
+    row = {"layer": "B1", "batch": 1, "flops": 1.0, "op_time_ms": 1.0, "gflops": 250000.0, "intensity": 500.0,
+           "bytes": 1.0, "bytes_source": "dram (ncu)", "provenance": "", "replayed": True, "run_id": "r"}
+    frame = pd.DataFrame([{**row, "number": "14", "variant": "hopper-split"},
+                          {**row, "number": "V1", "variant": "cudnn-tf32"}])
+    notes = roofline.above_roofs(frame, CEILINGS, {"hopper-split": "tf32+2xbf16"})
+    assert len(notes) == 1 and "14 (hopper-split" in notes[0] and "TF32" in notes[0]

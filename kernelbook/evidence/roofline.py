@@ -17,15 +17,15 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from .. import plots as _plots  # noqa: F401  (PNG figures without inline sizes)
+from ..plots import PALETTE  # (importing plots also sets PNG figures without inline sizes)
 from ..report import ANY_BATCH
 from .ceilings import Ceilings, ceilings_for
+from .floor import UNITS
 from .ncu import load_ncu
 from .tools import NOT_RECORDED
 from .vendor import vendor as vendor_recording
 
 #: Okabe–Ito: distinguishable with every common colour-vision deficiency.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 ROOFS = (("fp32_gflops", "FP32 (CUDA cores)", "-"), ("tf32_tensor_gflops", "TF32 tensor", ":"),
          ("fp16_tensor_gflops", "FP16 tensor", "--"))
 POINT_COLUMNS = ["number", "variant", "layer", "batch", "flops", "op_time_ms", "gflops", "intensity", "bytes",
@@ -122,8 +122,6 @@ def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> lis
     values = ceilings.values if isinstance(ceilings, Ceilings) else dict(ceilings or {})
     maths = maths or {}
     names = {m: n for m, n, _ in ROOFS}
-    unit_roof = {"fp32": "fp32_gflops", "fp16x2": "fp32_gflops", "tf32": "tf32_tensor_gflops",
-                 "3xtf32": "tf32_tensor_gflops", "fp16": "fp16_tensor_gflops", "3xfp16": "fp16_tensor_gflops"}
     bandwidth = values.get("copy_gbs")
     notes = []
     for _, p in frame.iterrows():
@@ -132,7 +130,7 @@ def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> lis
             continue
         who = f"{p['number']} ({p['variant']}, {p['layer']})"
         kind = maths.get((p["variant"], p["layer"]), maths.get(p["variant"]))
-        metric = unit_roof.get(kind)
+        metric = UNITS.get(kind, (None,))[0]   # the roof of the unit the step runs on (floor.UNITS)
         if metric is None:  # a library row, or a step whose unit is not known here
             peaks = [values[m] for m, _, _ in ROOFS if values.get(m)]
             if peaks and y > max(peaks):
