@@ -38,7 +38,7 @@ SMS_WITHOUT_GPU = 132  # the H100's SM count, used to size grids when no GPU is 
 def sm_count() -> int:
     from .. import gpu
 
-    return int(gpu.device_info()["multiprocessors"]) if gpu.available() else SMS_WITHOUT_GPU
+    return gpu.multiprocessors() if gpu.available() else SMS_WITHOUT_GPU  # asked once per device
 
 
 @dataclass
@@ -63,12 +63,13 @@ def _int_param(params: dict, name: str, allowed, fix: str) -> int:
 
 
 def per_shape(launches):
-    """A step's ``launches`` worked out once per (N, parameters): they depend on nothing else (the
-    SM count is read once per process), so a repeated call costs a dictionary look-up."""
+    """A step's ``launches`` worked out once per (N, parameters, SM count): the persistent grid
+    depends on nothing else (``sm_count`` is asked of the driver once per device), so a repeated
+    call costs a dictionary look-up, and another GPU gets its own grid."""
     @functools.wraps(launches)
     def cached(self, shape, params):
         try:
-            key = (shape.N, tuple(params.items()))
+            key = (shape.N, tuple(params.items()), sm_count())
             found = self._launch_cache.get(key)
         except AttributeError:
             self._launch_cache = {}
