@@ -70,6 +70,20 @@ class Launch:
     key: str = ""
 
 
+_SET: dict = {}  # (id(kernel), attribute) -> (kernel, value) last set
+
+
+def set_once(kernel, attribute: str, value) -> None:
+    """Set a compiled kernel's function attribute (the shared-memory opt-in, the L1 carveout) once
+    per kernel and value: the driver keeps it, so a launch path that runs on every call does not
+    ask the driver again."""
+    key = (id(kernel), attribute)
+    last = _SET.get(key)
+    if last is None or last[0] is not kernel or last[1] != value:
+        setattr(kernel, attribute, value)
+        _SET[key] = (kernel, value)   # (the kernel is kept, so its id is not reused)
+
+
 class StepImpl:
     """Base of every step's implementation. Subclasses set the class attributes and ``launch``."""
 
@@ -158,10 +172,7 @@ class StepImpl:
         for launch in declared:
             kernel = self.kernel(launch.kernel, params, problem)
             if launch.dynamic_smem > H100.static_smem_per_block:  # beyond the default a kernel must opt in
-                opted = self.__dict__.setdefault("_opted_in", {})  # once per kernel and size: the attribute stays
-                if opted.get(id(kernel)) != (kernel, launch.dynamic_smem):
-                    kernel.max_dynamic_shared_size_bytes = launch.dynamic_smem
-                    opted[id(kernel)] = (kernel, launch.dynamic_smem)
+                set_once(kernel, "max_dynamic_shared_size_bytes", launch.dynamic_smem)
             kernel(launch.grid, launch.block, self.launch_args(launch, y, tuple(operands), problem, params),
                    shared_mem=launch.dynamic_smem, stream=stream)
 

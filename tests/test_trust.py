@@ -375,3 +375,28 @@ def test_the_sm_count_is_asked_of_the_driver_once_per_device(monkeypatch):
     assert [gpu.multiprocessors() for _ in range(3)] == [132] * 3 and asked == [0]
     current["id"] = 1
     assert gpu.multiprocessors() == 114 and asked == [0, 1]
+
+
+def test_a_kernel_attribute_is_set_once_per_kernel_and_value():
+    """The shared-memory opt-in and the carveout are driver calls: a launch path that runs on every
+    call sets them once per kernel and value (a new value is set again)."""
+    from kernelbook.steps import set_once
+
+    class Kernel:
+        def __init__(self):
+            self.calls = []
+
+        def __setattr__(self, name, value):
+            if name != "calls":
+                self.calls.append((name, value))
+            object.__setattr__(self, name, value)
+
+    a, b = Kernel(), Kernel()
+    for _ in range(3):
+        set_once(a, "max_dynamic_shared_size_bytes", 100_000)
+        set_once(b, "max_dynamic_shared_size_bytes", 100_000)
+    set_once(a, "max_dynamic_shared_size_bytes", 150_000)
+    set_once(a, "preferred_shared_memory_carveout", 100)
+    assert a.calls == [("max_dynamic_shared_size_bytes", 100_000), ("max_dynamic_shared_size_bytes", 150_000),
+                       ("preferred_shared_memory_carveout", 100)]
+    assert b.calls == [("max_dynamic_shared_size_bytes", 100_000)]

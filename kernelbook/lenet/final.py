@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import limits
 from ..errors import LaunchLimitError, ParameterError
-from ..steps import Launch, StepImpl
+from ..steps import Launch, StepImpl, set_once
 from .gemm import STATIC_SMEM_MAX, _check_gemm_indices, _choice_param, _int_param
 from .variants import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
 
@@ -221,7 +221,7 @@ class Specialised(ConvVariant):
     def kernel(self, name: str, params: dict, problem: ConvShape):
         fn = super().kernel(name, params, problem)
         if name == "conv_direct_3xtf32":
-            fn.preferred_shared_memory_carveout = 100  # all of L1 as shared memory: room for 2 blocks
+            set_once(fn, "preferred_shared_memory_carveout", 100)  # all of L1 as shared memory: room for 2 blocks
         return fn
 
     def prepare(self, params: dict, shape: ConvShape) -> None:

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import kernels, limits
 from ..errors import ParameterError
-from ..steps import Launch, StepImpl
+from ..steps import Launch, StepImpl, set_once
 from . import pack
 from .reference import HALF_THRESHOLD
 
@@ -128,7 +128,7 @@ class MlpImpl(StepImpl):
     def kernel(self, name, params, problem):
         fn = kernels.get_kernel(self.module_source(params, problem), name, self.defines(params, problem))
         if self.dynamic_smem > limits.H100.static_smem_per_block:
-            fn.max_dynamic_shared_size_bytes = self.dynamic_smem
+            set_once(fn, "max_dynamic_shared_size_bytes", self.dynamic_smem)
         return fn
 
     # ------------------------------------------------------------------ helpers

@@ -38,6 +38,7 @@ from collections import OrderedDict
 from .. import kernels, limits
 from ..errors import ParameterError, ShapeError
 from ..limits import ceil_div
+from ..steps import set_once
 from .impls import VggStep
 from .problem import ConvPoolShape
 
@@ -281,7 +282,7 @@ class HopperStep(VggStep):
         pack = self.kernel("hopper_pack", params, shape)
         main = self.kernel("hopper_conv_pool", params, shape)
         smem = self.smem_bytes()
-        main.max_dynamic_shared_size_bytes = smem
+        set_once(main, "max_dynamic_shared_size_bytes", smem)
         grid, block, _ = self.geometry(shape, params)
         i32 = np.int32
         n_in = self.pack_blocks(shape) - self.weight_blocks(shape)
