@@ -105,8 +105,7 @@ def _check_parameters(name: str, source: Path, ipynb: Path, nb, parameters: dict
 
 
 # The report (what batch.json holds) lives in batch_report, below the engines that fill it.
-from .batch_report import (BatchReport, NotebookResult, record_source as _record_source,  # noqa: E402,F401
-                           relative_path as _relative, short_error as _short_error, source_digest)
+from .batch_report import BatchReport, NotebookResult, relative_path as _relative, source_digest  # noqa: E402
 
 
 

@@ -12,7 +12,6 @@ modified, and the stage holds nothing but the book, so Sphinx cannot wander into
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import re
@@ -68,6 +67,7 @@ def _failed_in_batch(nb) -> bool:
 def stale_sources(nb, root: Path) -> list[str]:
     """The kernel sources an executed notebook shows (``report.show_source`` puts each one's path
     and sha256 in its output's metadata) that have changed, or gone, since it was executed."""
+    from .batch_report import source_digest
     from .report import SOURCE_METADATA
 
     stale = []
@@ -77,16 +77,12 @@ def stale_sources(nb, root: Path) -> list[str]:
                 shown = meta.get(SOURCE_METADATA) if isinstance(meta, dict) else None
                 if not isinstance(shown, dict) or not isinstance(shown.get("path"), str):
                     continue
-                path = root / shown["path"]
-                now = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-                if now != shown.get("sha256"):
-                    stale.append(shown["path"])
                 headers = shown.get("headers")
-                for header, digest in (headers.items() if isinstance(headers, dict) else ()):
-                    path = root / str(header)
-                    now = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-                    if now != digest:
-                        stale.append(str(header))
+                for shown_path, digest in [(shown["path"], shown.get("sha256")),
+                                           *(headers.items() if isinstance(headers, dict) else ())]:
+                    path = root / str(shown_path)
+                    if (source_digest(path) if path.is_file() else None) != digest:
+                        stale.append(str(shown_path))
     return sorted(set(stale))
 
 

@@ -108,7 +108,7 @@ def execute(task: dict) -> dict:
     """
     import papermill
 
-    from .batch_report import short_error as _short_error
+    from .batch_report import short_error
 
     gpu = visible_gpu() if task.get("measuring") else None
     _announce(task, gpu)
@@ -134,7 +134,7 @@ def execute(task: dict) -> dict:
                                    kernel_name=task["kernel_name"], progress_bar=task.get("progress_bar", False),
                                    cwd=task["cwd"], config=_ipc_config(tmp))
     except Exception as exc:  # one broken chapter must not stop the others
-        result["error"] = _short_error(exc)
+        result["error"] = short_error(exc)
     else:
         result["status"] = "ok"
     finally:

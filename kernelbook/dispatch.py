@@ -17,7 +17,7 @@ from typing import TextIO
 from . import results
 from .atomic import write_json_atomic, write_text_atomic
 from .batch_report import BatchReport, NotebookResult
-from .batch_report import record_source as _record_source, short_error as _short_error
+from .batch_report import record_source, short_error
 from .errors import KernelbookError
 
 
@@ -165,8 +165,8 @@ def _write_result(result: dict, entry: NotebookResult, prepared: tuple, report: 
         try:
             nb = nbformat.reads(result["notebook"], as_version=4)
         except Exception as exc:  # noqa: BLE001 - a damaged notebook from a worker is that notebook's failure
-            return {"status": "failed", "error": f"the executed notebook came back damaged ({_short_error(exc)})"}
-        _record_source(nb, source)
+            return {"status": "failed", "error": f"the executed notebook came back damaged ({short_error(exc)})"}
+        record_source(nb, source)
         write_text_atomic(Path(output), nbformat.writes(nb))
     entry.shown_instead = cluster.notes_entries(result.get("notes") or [])
     try:

@@ -295,9 +295,11 @@ class SourceBlock:
     output's metadata, so that a strict build can refuse a page whose ``.cu`` changed after the
     page was executed (it would show the old source)."""
 
-    def __init__(self, relpath: str, text: str, sha256: str, headers: list | None = None):
+    def __init__(self, relpath: str, text: str, sha256: str, headers: list | None = None,
+                 header_digests: dict | None = None):
         self.relpath, self.text, self.sha256 = relpath, text, sha256
         self.headers = headers or []  # (relpath, text) of the local headers the file includes
+        self.header_digests = header_digests or {}  # relpath -> sha256 of the header's bytes
 
     def __repr__(self) -> str:
         return f"kernels/{self.relpath}"
@@ -310,8 +312,7 @@ class SourceBlock:
     def _metadata(self) -> dict:
         shown = {"path": f"kernels/{self.relpath}", "sha256": self.sha256}
         if self.headers:  # an edited header makes the page stale too (build.stale_sources)
-            shown["headers"] = {f"kernels/{path}": hashlib.sha256(text.encode("utf-8")).hexdigest()
-                                for path, text in self.headers}
+            shown["headers"] = {f"kernels/{path}": self.header_digests[path] for path, _ in self.headers}
         return {SOURCE_METADATA: shown}
 
     def _repr_html_(self):
@@ -359,20 +360,30 @@ def show_source(relpath: str, start: str | None = None):
     if start:
         index = text.find(start)
         text = text[index:] if index >= 0 else text
-    return SourceBlock(relpath, text, hashlib.sha256(raw).hexdigest(), included_headers(relpath))
+    digests: dict[str, str] = {}
+    headers = included_headers(relpath, digests)
+    return SourceBlock(relpath, text, hashlib.sha256(raw).hexdigest(), headers, digests)
 
 
-def included_headers(relpath: str) -> list[tuple[str, str]]:
-    """The local headers (``#include "x.cuh"``) a kernel file includes, depth first, each once."""
+def included_headers(relpath: str, digests: dict | None = None) -> list[tuple[str, str]]:
+    """The local headers (``#include "x.cuh"``) a kernel file includes, depth first, each once
+    (headers that include each other are walked once); ``digests`` receives each header's sha256
+    of its bytes, as ``build.stale_sources`` hashes them."""
     seen: list[tuple[str, str]] = []
+    visited = {relpath}
 
     def walk(rel: str) -> None:
         path = paths.kernels_dir() / rel
         for name in re.findall(r'^\s*#include\s+"([^"]+)"', path.read_text(errors="replace"), re.M):
             child = str((Path(rel).parent / name).as_posix())
-            if (paths.kernels_dir() / child).is_file() and child not in [h for h, _ in seen]:
-                walk(child)
-                seen.append((child, (paths.kernels_dir() / child).read_bytes().decode("utf-8", errors="replace")))
+            if child in visited or not (paths.kernels_dir() / child).is_file():
+                continue
+            visited.add(child)
+            walk(child)
+            raw = (paths.kernels_dir() / child).read_bytes()
+            seen.append((child, raw.decode("utf-8", errors="replace")))
+            if digests is not None:
+                digests[child] = hashlib.sha256(raw).hexdigest()
 
     walk(relpath)
     return seen

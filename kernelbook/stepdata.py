@@ -44,10 +44,6 @@ class StepRecording(session_mod.RecordingView):
 
         return pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in self.records])
 
-    # ------------------------------------------------------------------ sections
-    # A step no recorded run holds yet (added after the last run, replayed without a GPU) still
-    # makes a page: its banner says "Not recorded", every section below says so in its place.
-
 
 def load_recorded(study: Study, step: str, prefer_run: str | None = None) -> StepRecording | None:
     """A step's recording for comparisons: from ``prefer_run`` when it holds the step (so a batch

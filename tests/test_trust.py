@@ -400,3 +400,21 @@ def test_a_kernel_attribute_is_set_once_per_kernel_and_value():
     assert a.calls == [("max_dynamic_shared_size_bytes", 100_000), ("max_dynamic_shared_size_bytes", 150_000),
                        ("preferred_shared_memory_carveout", 100)]
     assert b.calls == [("max_dynamic_shared_size_bytes", 100_000)]
+
+
+def test_headers_that_include_each_other_are_shown_once_with_the_digest_the_build_checks(tmp_path, monkeypatch):
+    """A kernel's included headers: each once even when two include each other, and the digest in
+    the page's metadata is the one ``build.stale_sources`` computes (of the file's bytes, which
+    need not be UTF-8)."""
+    from kernelbook import paths, report
+    from kernelbook.batch_report import source_digest
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "00_step.cu").write_text('#include "a.cuh"\n__global__ void k() {}\n')
+    (tmp_path / "s" / "a.cuh").write_bytes(b'#include "b.cuh"\n// caf\xe9 in latin-1\n')
+    (tmp_path / "s" / "b.cuh").write_text('#include "a.cuh"\n')
+    monkeypatch.setattr(paths, "kernels_dir", lambda: tmp_path)
+    block = report.show_source("s/00_step.cu")
+    assert [path for path, _ in block.headers] == ["s/b.cuh", "s/a.cuh"]
+    shown = block._metadata()[report.SOURCE_METADATA]["headers"]
+    assert shown == {f"kernels/s/{n}": source_digest(tmp_path / "s" / n) for n in ("a.cuh", "b.cuh")}
