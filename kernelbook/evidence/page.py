@@ -96,10 +96,9 @@ def study_run(study, replay_run: str | None = None) -> str | None:
     if replay_run:
         return replay_run
     for name in (vendor_mod.part(study), study.part(study.steps.slugs()[-1]), study.part(study.steps.baseline.slug)):
-        try:
-            return results.newest_run_with(name).run_id
-        except Exception:  # not recorded: try the next
-            continue
+        run = results.run_with(name)
+        if run is not None:   # (None: not recorded, try the next)
+            return run.run_id
     return None
 
 
@@ -167,12 +166,9 @@ def environment_tables(study, prefer: str | None, found_ceilings, found_vendor) 
         if session is not None:
             run, why = runs.get(session.run.run_id, (session.run, ""))
             runs[session.run.run_id] = (run, ", ".join(w for w in (why, what) if w))
-    preferred = results.load_run(prefer) if prefer else None
     for slug in study.steps.slugs():
-        part = study.part(slug)
-        try:
-            run = preferred if preferred is not None and preferred.has_part(part) else results.newest_run_with(part)
-        except Exception:
+        run = results.run_with(study.part(slug), prefer)
+        if run is None:
             continue
         old, why = runs.get(run.run_id, (run, ""))
         runs[run.run_id] = (old, why + (", " if why else "") + f"step {slug}")

@@ -177,9 +177,7 @@ class HopperStep(VggStep):
     def _formats(self) -> list[tuple[int, int]]:
         """(CUtensorMapDataType, elements per channel) of each operand plane."""
         first = _DT_FLOAT16 if self.mode == 0 else _DT_FLOAT32
-        if self.mode == 0:
-            return [(first, 1)]
-        if self.mode == 1:
+        if self.mode < 2:   # one plane: FP16 (mode 0) or TF32 read as float (mode 1)
             return [(first, 1)]
         return [(first, 1), (_DT_BFLOAT16, 2) if self.mode == 3 else (first, 1)]
 
