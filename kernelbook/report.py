@@ -94,7 +94,10 @@ def timing_note(records: list[dict], metrics) -> str:
         if kinds:
             words = "; ".join(TIMING_WORDS.get(k, k) for k in kinds)
             host = [r["host_ms"] for r in records if r["metric"] == metric and r.get("host_ms") is not None]
-            parts.append(f"{metric}: {words}" + (" (host time recorded beside it)" if host else ""))
+            calls = [f"{r['calls_per_replay']} at {r['layer']}" + (f" ({r['size']:,})" if r.get("size") else "")
+                     for r in records if r["metric"] == metric and r.get("calls_per_replay")]
+            parts.append(f"{metric}: {words}" + (f"; R = {', '.join(dict.fromkeys(calls))}" if calls else "")
+                         + (" (host time recorded beside it)" if host else ""))
     return ("Timed by — " + " | ".join(parts) + ".") if parts else ""
 
 

@@ -29,7 +29,16 @@ def headline_size(study, case: str, chapters: dict) -> int | None:
 
 #: Short names of the timing methods, for the leaderboard's "Timed by" column (the caption spells
 #: each one out): two methods meet in one table, so each row says which it was.
-TIMING_SHORT = {"cuda-graph": "graph", "events": "events", "host-bound": "host loop", "torch-events": "events (torch)"}
+TIMING_SHORT = {"cuda-graph": "graph", "cuda-graph-calls": "graph of calls", "events": "events",
+                "host-bound": "host loop", "torch-events": "events (torch)"}
+
+
+def timed_by(record: dict) -> str:
+    """A record's "Timed by" cell: the method's short name, with R for a graph of R calls."""
+    kind = record.get("timing")
+    short = TIMING_SHORT.get(kind, kind or "not recorded")
+    calls = record.get("calls_per_replay")
+    return f"{short} (R = {calls})" if kind == "cuda-graph-calls" and calls else short
 
 
 def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
@@ -61,7 +70,7 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
             for v in dict.fromkeys(r["step"] for r in found_vendor.records):
                 ref = find_record([r for r in found_vendor.records if r["step"] == v], study.time_metric, case, size)
                 row[f"vs {v}"] = f"{ref['value'] / mine['value']:.2f}×" if ref else "–"
-            row["Timed by"] = TIMING_SHORT.get(mine.get("timing"), mine.get("timing") or "not recorded")
+            row["Timed by"] = timed_by(mine)
             row["Unit"] = step_math(chapter, case)
             row["Run"] = chapter.session.run.run_id
             rows.append(row)
@@ -73,12 +82,17 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
 def _timing_caption(frame: pd.DataFrame) -> str:
     from .measure import TIMING_WORDS
 
-    used = [k for k, short in TIMING_SHORT.items() if "Timed by" in frame and short in set(frame["Timed by"])]
+    cells = set(frame["Timed by"]) if "Timed by" in frame else set()
+    used = [k for k, short in TIMING_SHORT.items() if any(c == short or c.startswith(short + " (R = ") for c in cells)]
     mixed = len(used) > 1
-    return ((" Two timing methods meet in this table" if mixed else " Timed by") + ": "
+    both_graphs = "cuda-graph" in used and "cuda-graph-calls" in used
+    return ((f" {len(used)} timing methods meet in this table" if mixed else " Timed by") + ": "
             + "; ".join(f"'{TIMING_SHORT[k]}' = {TIMING_WORDS[k]}" for k in used) + "."
             + (" Graph replays leave out the launch cost that events around each call include, so compare "
-               "rows of one method first." if mixed else "")) if used else ""
+               "rows of one method first." if mixed else "")
+            + (" A 'graph' row also holds one replay's launch latency (a few microseconds), which a "
+               "'graph of calls' row spreads over its R calls: at microsecond sizes only rows of one "
+               "method compare." if both_graphs else "")) if used else ""
 
 
 def leaderboard(study):

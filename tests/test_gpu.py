@@ -74,6 +74,18 @@ def test_timing_returns_raw_samples():
     assert len(m.samples) == 7 and m.min <= m.median <= m.max and m.min > 0
 
 
+def test_graph_timing_replays_many_calls_of_a_short_kernel():
+    """A microsecond kernel is timed as a graph of R back-to-back calls, per call."""
+    import cupy as cp
+
+    from kernelbook.measure import MAX_CALLS, time_gpu
+
+    a = cp.random.random((1024,), dtype=cp.float32)
+    m = time_gpu(lambda: cp.sqrt(a), repeats=5, warmup=1, graph=True)
+    assert m.extra["timing"] == "cuda-graph-calls" and 1 < m.extra["calls_per_replay"] <= MAX_CALLS
+    assert 0 < m.median < 0.02     # per call: far below one replay's own launch latency
+
+
 def test_constant_memory_steps_on_two_streams_use_their_own_weights():
     """Steps that keep the weights in module constant memory (k_const), launched on two streams
     with other weights while the first is still busy: the second upload is ordered after the

@@ -15,12 +15,15 @@ from .tools import NOT_RECORDED
 PART = results.part_name("device", "ceilings")
 FMA_SOURCE = "device/fp32_fma_peak.cu"
 FMA_CHAINS = 16
+EMPTY_SOURCE = "device/empty_kernel.cu"
 CEILING_METRICS = {"copy_gbs": "GB/s", "fp32_gflops": "GFLOP/s", "fp16_tensor_gflops": "GFLOP/s",
-                   "tf32_tensor_gflops": "GFLOP/s"}
+                   "tf32_tensor_gflops": "GFLOP/s", "empty_call_us": "µs", "empty_replay_us": "µs"}
 CEILING_TITLES = {"copy_gbs": "Copy bandwidth (device to device, read + write)",
                   "fp32_gflops": "FP32 FMA rate (CUDA cores)",
                   "fp16_tensor_gflops": "FP16 tensor rate (cuBLAS, 8192³)",
-                  "tf32_tensor_gflops": "TF32 tensor rate (cuBLAS, 8192³)"}
+                  "tf32_tensor_gflops": "TF32 tensor rate (cuBLAS, 8192³)",
+                  "empty_call_us": "Timer floor: an empty kernel, per call in a graph of R calls",
+                  "empty_replay_us": "An empty kernel replayed alone (one call per graph replay)"}
 
 
 def _ceiling(metric: str, value: float, measured, **extra) -> dict:
@@ -87,6 +90,27 @@ def measure_ceilings(repeats: int = 10, warmup: int = 2, copy_bytes: int = 2**30
                                       unit="GFLOP/s", how=f"not measured: {type(exc).__name__}: {exc}"))
     del a, b, c
     cp.get_default_memory_pool().free_all_blocks()
+    records.extend(_timer_floor(repeats, warmup))
+    return records
+
+
+def _timer_floor(repeats: int, warmup: int) -> list[dict]:
+    """An empty kernel timed as every step is (a graph of R back-to-back calls, per call) and as a
+    graph of one call replayed alone: the timer's own floor, and the replay latency that a
+    one-call replay adds to every sample."""
+    from ..measure import _capture, time_gpu
+
+    empty = kernels.get_kernel(EMPTY_SOURCE, "empty_kernel", {})
+    call = lambda: empty((1,), (32,), ())  # noqa: E731
+    batched = time_gpu(call, repeats, warmup, graph=True)
+    records = [_ceiling("empty_call_us", batched.median * 1e3, batched, calls_per_replay=batched.extra.get(
+        "calls_per_replay"), how=f"{EMPTY_SOURCE}, one block; a graph of {batched.extra.get('calls_per_replay')} "
+                                 "calls per replay, CUDA events around it, time per call")]
+    captured = _capture(call, warmup)
+    if captured is not None:
+        alone = time_gpu(captured[0], repeats, 1, stream=captured[1])
+        records.append(_ceiling("empty_replay_us", alone.median * 1e3, alone,
+                                how=f"{EMPTY_SOURCE}, one block; a graph of one call per replay, CUDA events around it"))
     return records
 
 
@@ -141,7 +165,8 @@ def ceilings_table(found: Ceilings):
         r = by_metric.get(metric)
         value = None if r is None else r["value"]
         text = NOT_RECORDED if r is None else ("not measured" if value is None else
-                                               f"{value:,.0f} {CEILING_METRICS[metric]}")
+                                               f"{value:,.0f} {CEILING_METRICS[metric]}" if value >= 100 else
+                                               f"{value:.3g} {CEILING_METRICS[metric]}")
         rows.append({"Ceiling": title, "Value": text, "How": (r or {}).get("how", "")})
     from ..report import styled
 
