@@ -93,7 +93,9 @@ class MlpStudy(Study):
     def targets(self) -> list[dict]:
         """Issue 19's targets (H100): FP32 on CUDA cores <= 0.9 ms at 100x100 (and >= 2.5x
         PyTorch FP32 in the same run: ``vendor_ratio``); FP32-accurate over float's range on
-        tensor cores <= 0.25 ms; FP16 <= 0.21 ms; 5x5 <= 6 us per inference."""
+        tensor cores <= 0.25 ms; FP16 <= 0.21 ms; 5x5 <= 6 us per inference, judged on every step (the issue
+        does not name a precision) and, in a row of its own, on the steps that are FP32-accurate over
+        float's whole range."""
         cuda_fp32 = ["baseline", "fused-global", "fused-shared", "whole-net-shared", "shared-and-registers",
                      "last-layer-coop", "whole-net-registers", "fp32-register-tiled"]
         half = ["half-precision", "reduced-bank-conflicts", "coalesced-weights", "inputs-load-hiding",
@@ -107,6 +109,8 @@ class MlpStudy(Study):
              "vendor": "torch-fp16"},
             {"what": "5x5, per inference (CUDA-graph replays)", "case": "5x5", "limit_ms": 0.006,
              "steps": self.steps.slugs(), "vendor": None},
+            {"what": "5x5, per inference, FP32-accurate over float's range", "case": "5x5", "limit_ms": 0.006,
+             "steps": ["tensor-core-3xtf32", "final-full-range"], "vendor": None},
         ]
 
     def reported_best(self):
