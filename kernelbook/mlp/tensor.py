@@ -133,7 +133,8 @@ class FinalFullRange(MlpImpl):
     data (per layer for the weights), detection of what the scaling cannot represent, and step
     13's 3xTF32 arithmetic for those tiles: FP32-accurate over float's whole range. Each warp
     stages its next tile of x in dynamic shared memory (cp.async) while it computes the current
-    one: ``warps * m_tiles * STAGE_BYTES`` bytes a block beside the static weights.
+    one: ``warps * m_tiles * STAGE_BYTES`` bytes a block beside the static weights; the block's
+    copy of the weights goes out as cp.async in one batch with the first tiles (one wait).
     ``blocks_per_sm`` is also the kernel's ``__launch_bounds__`` minimum: 2 caps the registers at
     128 (a few spill), so 16 warps share an SM; that measured fastest at 2,097,152 columns
     (data/bench/mlp/NOTES.md, attempts 6-7)."""

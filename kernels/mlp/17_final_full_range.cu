@@ -38,6 +38,10 @@
 // two products into one lo accumulator are not back to back; (3) the last layer alternates two
 // pairs of accumulators; (4) the outputs are scaled back by two exact power-of-two factors
 // instead of ldexpf. MIN_BLOCKS (the host's blocks_per_sm) is the __launch_bounds__ minimum.
+// Third change, for small N (a few thousand columns: one tile per warp, so the prologue is on the
+// critical path): the block's copy of the weights is cp.async too, issued together with every
+// warp's first x tile and waited for once; the plain copy (load, then store) waited a round trip
+// to L2 every few 16-byte loads before the first tile could even be staged.
 //
 // Shared memory: step 15's fragments of the SCALED weights, the scaled biases (136 floats), then
 // a header of 8 ints {ew1, ew2, ew3, eb1, eb2, eb3, exact_only, 0}, eb_l being the exponent of
@@ -342,13 +346,23 @@ fullRange3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict__ pac
 {
     __shared__ uint4 smem[FR_UINT4S];
     extern __shared__ __align__(16) float xstage[];   // WARPS x M_TILES x XS_FLOATS
-    for (int i = threadIdx.x; i < FR_UINT4S; i += WARPS * 32) smem[i] = packed[i];
+    // The block's copy of the weights and each warp's first x tile go out together as cp.async
+    // (no registers, no wait between copies), so the block waits one L2 / DRAM round trip before
+    // its first tile, not one per few 16-byte loads (a load-then-store loop waits at each store).
+    for (int i = threadIdx.x; i < FR_UINT4S; i += WARPS * 32)
+        cp_async16(reinterpret_cast<float *>(smem + i), reinterpret_cast<const float *>(packed + i), 16);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     float *buf = xstage + warp * (M_TILES * XS_FLOATS);
     for (int i = lane; i < M_TILES * (XS_ROWS - IN) * XS_STRIDE; i += 32) {
         const int m = i / ((XS_ROWS - IN) * XS_STRIDE), r = i % ((XS_ROWS - IN) * XS_STRIDE);
         buf[m * XS_FLOATS + IN * XS_STRIDE + r] = 0.0f;
     }
+    const int tiles = (n + 16 * M_TILES - 1) / (16 * M_TILES);
+    const int stride = gridDim.x * WARPS;
+    const bool vec = (reinterpret_cast<size_t>(x) % 16 == 0) && (n % 4 == 0);
+    int tile = blockIdx.x * WARPS + warp;
+    if (tile < tiles) stage_x(buf, x, n, tile * 16 * M_TILES, lane, vec);   // unused on the exact-only path
+    asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     const uint4 *f1 = smem;
     const uint4 *f2 = f1 + S_F1;
@@ -359,18 +373,12 @@ fullRange3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict__ pac
     const bool exact_only = hdr[6] != 0;
 
     const int g = lane / 4, q = lane % 4;
-    const int tiles = (n + 16 * M_TILES - 1) / (16 * M_TILES);
-    const int stride = gridDim.x * WARPS;
-    const bool vec = (reinterpret_cast<size_t>(x) % 16 == 0) && (n % 4 == 0);
 
     if (exact_only) {   // weights the scaling cannot hold: every tile takes the 3xTF32 path
-        for (int tile = blockIdx.x * WARPS + warp; tile < tiles; tile += stride)
-            exact_tile(x, tf32_packed, y, n, tile * 16 * M_TILES, lane);
+        for (; tile < tiles; tile += stride) exact_tile(x, tf32_packed, y, n, tile * 16 * M_TILES, lane);
         return;
     }
 
-    int tile = blockIdx.x * WARPS + warp;
-    if (tile < tiles) stage_x(buf, x, n, tile * 16 * M_TILES, lane, vec);
     for (; tile < tiles; tile += stride) {
         const int col0 = tile * 16 * M_TILES;
 
