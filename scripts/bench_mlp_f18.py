@@ -59,6 +59,7 @@ SLOT = 72 * 128
 VARIANTS = [(8, 2, 1, 3)]   # call 1 also timed (8,2,1,{0,2}), (4,4,1,2), (4,5,1,2), (6,3,1,2), (10,2,1,2), (4,2,2,2), (16,1,1,2)
 # stage variants: (consumer warps, stages, blocks/SM, L2 promotion)
 STAGE_VARIANTS = [(8, 2, 1, 3), (8, 2, 1, 2), (7, 3, 1, 3), (6, 3, 1, 3), (4, 4, 1, 3), (4, 2, 2, 3)]
+TIME_SIZES = (b.N_LARGE, b.N_SMALL)
 CHECK_SIZES = (1, 31, 33, 12799, 12800, 16239, 4, 36, 100, 12804, 65540, b.N_LARGE)
 
 
@@ -218,7 +219,7 @@ def timing(steps, out):
     w_host = b.make_weights(rng)
     w_dev = tuple(cp.asarray(a) for a in w_host)
     res = {}
-    for n in (b.N_LARGE, b.N_SMALL):
+    for n in TIME_SIZES:
         x = cp.asarray(rng.uniform(-1, 1, size=(b.IN, n)).astype(np.float32))
         y = cp.empty((b.OUT, n), cp.float32)
         print(f"\n== timing at N={n} (one CUDA graph of 20 calls on one input, 30 replays, per call) ==")
@@ -308,7 +309,17 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--skip-large-check", action="store_true")
+    ap.add_argument("--time-n", default="", help="comma-separated column counts to time instead of "
+                    "2097152,12800; e.g. 2097152,2097184 tests whether x's power-of-two row stride costs DRAM")
+    ap.add_argument("--only", default="", help="name prefixes of the candidates to build, separated by |, e.g. '18stg(w8,s2,b1,p3)|18tma(w8'")
     a = ap.parse_args()
+    global TIME_SIZES, VARIANTS, STAGE_VARIANTS
+    if a.time_n:
+        TIME_SIZES = tuple(int(v) for v in a.time_n.split(","))
+    if a.only:
+        keep = tuple(a.only.split("|"))
+        VARIANTS = [v for v in VARIANTS if f"18tma(w{v[0]},r{v[1]},b{v[2]},p{v[3]})".startswith(keep)]
+        STAGE_VARIANTS = [v for v in STAGE_VARIANTS if f"18stg(w{v[0]},s{v[1]},b{v[2]},p{v[3]})".startswith(keep)]
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     import cupy as cp
@@ -337,7 +348,7 @@ def main():
             print(f"  {v}: BUILD ERROR\n{traceback.format_exc()}")
     out["box_rows"] = box_rows()
     if a.skip_large_check:
-        global CHECK_SIZES
+        global CHECK_SIZES  # noqa: PLW0603
         CHECK_SIZES = tuple(n for n in CHECK_SIZES if n != b.N_LARGE)
     try:
         body(a, out, out_dir, steps, t0)
@@ -356,19 +367,11 @@ def body(a, out, out_dir, steps, t0):
     out["best"] = best.name if best else None
     if a.ncu and best is not None:
         run_ncu(out_dir, type(best).__name__, (best.warps, best.ring, best.per_sm, best.promo), out)
-    print(f"\n== summary (ms; 2,097,152 columns; 12,800 columns per call in a graph of 20) ==")
-    for s in timed + [None, None, None]:
-        name = s.name if s else None
-        for nm in ([name] if name else []):
-            L, S = res.get(f"{nm}@{b.N_LARGE}"), res.get(f"{nm}@{b.N_SMALL}")
-            if L:
-                print(f"  {nm:28s} {L['median_ms']:.4f} ({L['min_ms']:.4f}-{L['max_ms']:.4f})   "
-                      f"{S['median_ms'] * 1e3 if S else float('nan'):.2f} us")
-    for t in ("pytorch-fp16", "pytorch-fp32"):
-        L, S = res.get(f"{t}@{b.N_LARGE}"), res.get(f"{t}@{b.N_SMALL}")
-        if L:
-            print(f"  {t:28s} {L['median_ms']:.4f} ({L['min_ms']:.4f}-{L['max_ms']:.4f})   "
-                  f"{S['median_ms'] * 1e3 if S else float('nan'):.2f} us")
+    print(f"\n== summary: per-call median (min-max) in ms at N = {', '.join(map(str, TIME_SIZES))} ==")
+    for nm in [s.name for s in timed] + ["pytorch-fp16", "pytorch-fp32"]:
+        cells = [res.get(f"{nm}@{n}") for n in TIME_SIZES]
+        print(f"  {nm:28s} " + "   ".join(f"{c['median_ms']:.4f} ({c['min_ms']:.4f}-{c['max_ms']:.4f})" if c else "-"
+                                          for c in cells))
     print(f"  best: {out['best']}; total {time.time() - t0:.0f} s")
 
 
