@@ -2,7 +2,7 @@
 """Session 3, step 16 (FP32 on CUDA cores): check and time candidate x rings beside the shipped
 kernel and PyTorch FP32, in one process on the device.
 
-    PYTHONUNBUFFERED=1 python3 scripts/bench_mlp_s16.py --out $OUT [--ncu] [--no-range]
+    PYTHONUNBUFFERED=1 python3 scripts/bench_mlp_s16.py --out $OUT [--ncu] [--no-range] [--only ship-r8,prev-r4]
 
 Reuses scripts/bench_mlp_hopper.py (data, float64 reference, step 16's packing, range cases,
 CUDA-graph timer). Variants (all 4 warps per block, 2 blocks per SM, persistent grid):
@@ -10,8 +10,10 @@ CUDA-graph timer). Variants (all 4 warps per block, 2 blocks per SM, persistent 
   prev-r4 / prev-r8 : the step as it was before session 3 (one wait, two __syncwarp and the
                       pair's source address rebuilt per pair), when data/bench/mlp/s3-16/16_prev.cu
                       is present (`git show 42bcb1a:kernels/mlp/16_fp32_register_tiled.cu`);
-  cand-*            : data/bench/mlp/s3-16/16_candidate.cu when present (call 1 of session 3 timed it as
-                      cand-r{4,8}-pf{0,1}; its RING 8, PF_W 0 build is SASS-identical to ship-r8).
+  cand-*            : data/bench/mlp/s3-16/16_candidate.cu when present (restore it with
+                      `git show 92b8dda:data/bench/mlp/s3-16/16_candidate.cu`): call 1 of session 3
+                      timed it as cand-r{4,8}-pf{0,1}; its RING 8, PF_W 0 build is SASS-identical
+                      to ship-r8.
 Checks: fresh data (rel L2 vs float64, output poisoned with NaN) at N = 1 .. 262,149 incl.
 N % 4 != 0, several tiles per warp, a misaligned x and y (not for prev-*: that kernel assumed a
 16-byte aligned x when N % 4 == 0); the RANGE TEST (inputs and weights 1e-6 .. 1e6, mixed
@@ -250,6 +252,7 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--no-range", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated variant names (default: every one present)")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -263,6 +266,8 @@ def main():
     print(f"device {name}, {b.sm_count()} SMs, {res['date']}")
     steps = []
     for v in VARIANTS:
+        if args.only and v[0] not in args.only.split(","):
+            continue
         try:
             k = Kernel(*v)
             try:
