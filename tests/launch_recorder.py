@@ -272,8 +272,8 @@ def mlp_cases():
                   {"large_kernel": "3xtf32", "large_warps": 2, "large_m_tiles": 1, "large_blocks_per_sm": 3,
                    "small_warps": 8, "small_m_tiles": 1, "switch_columns": 33},
                   {"small_kernel": "nope"}, {"switch_columns": 0}, {"large_m_tiles": 3}],
-        "fp32-register-tiled": [{}, {"warps": 8, "ring": 8}, {"warps": 1, "ring": 2, "blocks_per_sm": 32},
-                                {"ring": 3}, {"warps": 9}],
+        "fp32-register-tiled": [{}, {"warps": 8, "ring": 8}, {"warps": 1, "ring": 4, "blocks_per_sm": 32},
+                                {"ring": 2}, {"ring": 3}, {"warps": 9}],
     }
     for slug, overrides in variations.items():
         for over in overrides:

@@ -151,6 +151,7 @@ def test_arguments_are_checked_before_any_launch():
     ("tensor-core-3xtf32", {"m_tiles": 3}, ParameterError),
     ("tensor-core-fp16", {"warps": 40}, ParameterError),
     ("final", {"large_warps": 0}, ParameterError),
+    ("fp32-register-tiled", {"ring": 2}, ParameterError),
     ("fp32-register-tiled", {"ring": 3}, ParameterError),
     ("fp32-register-tiled", {"warps": 9}, ParameterError),
     ("final-full-range", {"warps": 17}, ParameterError),

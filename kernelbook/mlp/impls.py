@@ -400,7 +400,7 @@ class RegisterTiled(DeclaredMlp):
     broadcast from shared memory, x streamed through a per-warp cp.async ring of rows."""
 
     kernel_names = ("fp32RegisterTiledKernel",)
-    defaults = {"warps": 4, "ring": 4, "blocks_per_sm": 2}
+    defaults = {"warps": 4, "ring": 8, "blocks_per_sm": 2}
     packing = staticmethod(pack.register_tiled)
     tile_columns = 64
     weight_bytes = 4 * 9640
@@ -415,7 +415,7 @@ class RegisterTiled(DeclaredMlp):
     def check_params(self, params):
         super().check_params(params)
         _int_param(params, "warps", range(1, 9), "pass warps between 1 and 8 (each warp needs 18 KB of shared memory).")
-        _int_param(params, "ring", (2, 4, 8), "pass ring=2, 4 or 8 (rows of x in flight per warp).")
+        _int_param(params, "ring", (4, 8), "pass ring=4 or 8 (rows of x in flight per warp).")
 
     @per_shape
     def launches(self, shape, params):

@@ -11,13 +11,26 @@
 //   layer 1     : for k = 0..70: x[k][4 columns] as one LDS.128 from the warp's ring of x rows
 //                 (the two halves read the same address), 8 LDS.128 of W1^T[k][own 32 units]
 //                 (a broadcast: 16 lanes read one address), 128 FFMAs.
-//   x ring      : the warp streams its rows of x (71 per tile, tile after tile, two rows per
-//                 step: lanes 0-15 copy one, lanes 16-31 the next) through a ring of RING rows
-//                 of 64 floats in shared memory with cp.async (16 bytes a lane), RING rows
-//                 ahead of the rows in use: each copy has ~RING x 128 FFMAs per lane
-//                 of time to arrive, and the next tile's first rows arrive during this tile's
-//                 layers 2 and 3. (Loading x straight into registers inside the k loop left
-//                 each warp waiting a full DRAM latency every few rows: 1.51 ms, see chapter.)
+//   x ring      : the warp streams its rows of x (72 per tile, row 71 zero, tile after tile) in
+//                 pairs (lanes 0-15 copy one row, lanes 16-31 the next, 16 bytes a lane with
+//                 cp.async) through RING / 2 slots of two 64-float rows in shared memory. While
+//                 the lane multiplies pair P (held in registers), it reads pair P + 1 from its
+//                 slot and refills pair P's slot with pair P + RING / 2, so ONE wait_group and
+//                 ONE __syncwarp per pair order both "every lane's copies of pair P + 1 have
+//                 landed" and "every lane has read pair P's slot". A copy has RING / 2 - 1 pairs
+//                 of FFMAs to arrive (RING 8: 768 FFMAs a lane), and the next tile's first pairs
+//                 arrive during this tile's layers 2 and 3. (Loading x straight into registers
+//                 inside the k loop left each warp waiting a full DRAM latency every few rows:
+//                 1.51 ms, see the chapter.)
+//   fast path   : in a tile whose 64 columns all lie inside N, with x 16-byte aligned and
+//                 N % 4 == 0 (every tile but a ragged last one, at the book's sizes), a refill is
+//                 one 16-byte cp.async from a running pointer (+2N floats a pair) into a slot
+//                 whose offset is a compile-time constant (the pair loop is unrolled by the slot
+//                 count; 36 pairs divide evenly), row 71 zero-filled through the copy's source
+//                 size. The general refill (4-byte copies, zero-filled past column N - 1, any
+//                 alignment) serves other tiles and the next tile's first pairs. This is what the
+//                 previous version spent its issue slots on: it rebuilt each pair's 64-bit source
+//                 address from (tile, pair) with bounds checks and two __syncwarps every pair.
 //   h1          : ReLU(acc) goes to the warp's private 64 x 64 tile in shared memory (16 KB),
 //                 because layer 2 needs all 64 units of a column and a thread holds 32.
 //   layer 2     : as layer 1 with h1 read back as LDS.128 (4 columns of one unit).
@@ -28,20 +41,21 @@
 // by 4 floats (units 32..63 at 36..67), so the two addresses a warp reads per LDS.128 fall in
 // different banks; W1^T has a zero row 71 (x's row 71 is zero-filled) so that rows go in pairs.
 // Weights and biases: 38,560 bytes; per warp: h1 tile 16,384 bytes, ring 256 * RING bytes.
-//
-// 16-byte copies need 16-byte aligned rows: when N % 4 != 0 (or in the last, partial column
-// group) the ring is filled with 4-byte copies, zero-filled past column N - 1.
+// y is stored as float4 only when N % 4 == 0 and y is 16-byte aligned, else column by column.
 //
 // Launch: block = 32 * WARPS threads, grid chosen by the host (persistent, grid-stride over
 // warp tiles of 64 columns), dynamic shared memory = 38,560 + (16,384 + 256 * RING) * WARPS
-// bytes (108,192 for WARPS = 4, RING = 4: two blocks per SM).
+// bytes (112,288 for WARPS = 4, RING = 8: two blocks per SM).
 #ifndef WARPS
 #define WARPS 4
 #endif
 #ifndef RING
-#define RING 4                                  // rows of x in flight per warp (2, 4, 8)
+#define RING 8                                  // rows of x in flight per warp (4 or 8)
 #endif
-#define RING_PAIRS (RING / 2)
+#if RING != 4 && RING != 8
+#error "RING must be 4 or 8"
+#endif
+#define RP (RING / 2)                           // ring slots, one pair of rows each
 #define PAIRS 36                                // rows 0..71 of x in pairs; row 71 is zero
 
 #define IN 71
@@ -59,38 +73,48 @@
 #define RT_TILE_COLUMNS 64
 #define RT_H_FLOATS (HIDDEN * RT_TILE_COLUMNS)  // per warp
 #define RT_WARP_FLOATS (RT_H_FLOATS + RING * RT_TILE_COLUMNS)
+#define SLOT_BYTES (2 * RT_TILE_COLUMNS * 4)    // one slot: two rows of the tile
 
-// Rows 2 p (lanes 0..15) and 2 p + 1 (lanes 16..31) of tile `tile`, columns 4 (lane % 16) .. + 3,
-// into ring slot pair `slot`; row 71 and columns past N - 1 are zero-filled. One commit group.
-static __device__ __forceinline__ void fetch_pair(float *ring, const float *__restrict__ x, int n, int tile, int tiles,
-                                                  int p, int slot, int lane, bool vec)
+static __device__ __forceinline__ void cp16(unsigned dst, const float *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+}
+static __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> static __device__ __forceinline__ void wait_groups() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// The general refill: row 2 p + half of tile `tile`, columns 4 cg .. + 3, to the lane's place
+// `dst` in a slot; row 71 and columns past N - 1 zero-filled; nothing when tile >= tiles.
+static __device__ __forceinline__ void fetch_any(unsigned dst, const float *__restrict__ x, int n, int tile, int tiles,
+                                                 int p, int half, int cg, bool vec)
 {
     if (tile < tiles) {
-        const int k = 2 * p + lane / 16;
-        const int col = tile * RT_TILE_COLUMNS + 4 * (lane % 16);
-        const unsigned dst = (unsigned)__cvta_generic_to_shared(ring + (2 * slot + lane / 16) * RT_TILE_COLUMNS +
-                                                                4 * (lane % 16));
+        const int k = 2 * p + half;
+        const int col = tile * RT_TILE_COLUMNS + 4 * cg;
         const float *src = x + (size_t)min(k, IN - 1) * n + col;
         if (k < IN && vec && col + 3 < n) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+            cp16(dst, src, 16);
         } else {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int ok = k < IN && col + i < n;
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst + 4 * i),
-                             "l"(ok ? src + i : x), "r"(ok ? 4 : 0));
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst + 4 * i), "l"(ok ? src + i : x),
+                             "r"(ok ? 4 : 0));
             }
         }
     }
-    asm volatile("cp.async.commit_group;");
 }
 
-static __device__ __forceinline__ void fma_tile(float (&acc)[32][4], const float4 *w, float4 a)
+// One row of a layer: the lane's 32 weights of row r (8 LDS.128 into wv; w points at the lane's
+// half of row 0, rows RT_STRIDE floats apart) times its 4 activations a: 128 FFMAs. The caller
+// alternates two buffers wv between the two rows of a pair (so that the compiler may load the
+// second row's weights while the first row's FFMAs issue).
+static __device__ __forceinline__ void layer_row(float (&acc)[32][4], float4 (&wv)[8], const float *w, int r, float4 a)
 {
 #pragma unroll
+    for (int i = 0; i < 8; ++i) wv[i] = reinterpret_cast<const float4 *>(w + r * RT_STRIDE)[i];
+#pragma unroll
     for (int i = 0; i < 8; ++i) {
-        const float4 wv = w[i];
-        const float ws[4] = {wv.x, wv.y, wv.z, wv.w};
+        const float ws[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
             acc[4 * i + u][0] = fmaf(ws[u], a.x, acc[4 * i + u][0]);
@@ -117,39 +141,81 @@ fp32RegisterTiledKernel(const float *__restrict__ x, const float4 *__restrict__ 
     const int unit0 = 32 * half;                  // first unit of this lane
     const int woff = half * RT_HALF;              // where they start in a row of W^T
     float *hs = smem + RT_WEIGHT_FLOATS + warp * RT_WARP_FLOATS;
-    float *ring = hs + RT_H_FLOATS;
-    const bool vec = (n % 4) == 0;
+    const float *ring = hs + RT_H_FLOATS;
+    // This lane's 16 bytes in slot 0 (slot s: + s * SLOT_BYTES), and its reads (row r: + 16 r).
+    const unsigned ring_dst = (unsigned)__cvta_generic_to_shared(ring + half * RT_TILE_COLUMNS + 4 * cg);
+    const float4 *ring_rd = reinterpret_cast<const float4 *>(ring) + cg;
+    const bool vecx = (n % 4) == 0 && (reinterpret_cast<size_t>(x) % 16) == 0;
+    const bool vecy = (n % 4) == 0 && (reinterpret_cast<size_t>(y) % 16) == 0;
     const int tiles = (n + RT_TILE_COLUMNS - 1) / RT_TILE_COLUMNS;
     const int stride = gridDim.x * WARPS;
+    const size_t two_n = 2 * (size_t)n;
+    const float *w1 = smem + RT_W1 + woff, *w2 = smem + RT_W2 + woff;
 
-    // The ring's producer: pair f_p of tile f_tile is the next to fetch; `pair` counts pairs used.
-    int f_tile = blockIdx.x * WARPS + warp, f_p = 0, pair = 0;
-    for (int i = 0; i < RING_PAIRS; ++i) {
-        fetch_pair(ring, x, n, f_tile, tiles, f_p, i, lane, vec);
-        if (++f_p == PAIRS) { f_p = 0; f_tile += stride; }
+    // Prologue: pairs 0 .. RP - 1 of the first tile, one commit group each.
+#pragma unroll
+    for (int q = 0; q < RP; ++q) {
+        fetch_any(ring_dst + q * SLOT_BYTES, x, n, blockIdx.x * WARPS + warp, tiles, q, half, cg, vecx);
+        commit();
     }
 
-    for (int tile = blockIdx.x * WARPS + warp; tile < tiles; tile += gridDim.x * WARPS) {
+    for (int tile = blockIdx.x * WARPS + warp; tile < tiles; tile += stride) {
         const int col = tile * RT_TILE_COLUMNS + 4 * cg;
+        const bool fast = vecx && tile * RT_TILE_COLUMNS + RT_TILE_COLUMNS <= n;
+        const float *fsrc = x + (size_t)(2 * RP + half) * n + col;    // pair RP, this lane's row
         float acc[32][4];
-
-        // Layer 1.
 #pragma unroll
         for (int u = 0; u < 32; ++u) {
             const float b = smem[RT_B1 + unit0 + u];
             acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = b;
         }
-        for (int p = 0; p < PAIRS; ++p, ++pair) {
-            asm volatile("cp.async.wait_group %0;" ::"n"(RING_PAIRS - 1));
-            __syncwarp();                     // every lane's copies of this pair have landed
-            const int slot = pair & (RING_PAIRS - 1);
-            const float4 a0 = *reinterpret_cast<const float4 *>(ring + (2 * slot) * RT_TILE_COLUMNS + 4 * cg);
-            const float4 a1 = *reinterpret_cast<const float4 *>(ring + (2 * slot + 1) * RT_TILE_COLUMNS + 4 * cg);
-            __syncwarp();                     // every lane has read the slot: refill it
-            fetch_pair(ring, x, n, f_tile, tiles, f_p, slot, lane, vec);
-            if (++f_p == PAIRS) { f_p = 0; f_tile += stride; }
-            fma_tile(acc, reinterpret_cast<const float4 *>(smem + RT_W1 + (2 * p) * RT_STRIDE + woff), a0);
-            fma_tile(acc, reinterpret_cast<const float4 *>(smem + RT_W1 + (2 * p + 1) * RT_STRIDE + woff), a1);
+
+        // Layer 1. Pairs 0 .. RP - 1 of this tile are in flight (one commit group each).
+        wait_groups<RP - 1>();
+        __syncwarp();
+        float4 a0 = ring_rd[0], a1 = ring_rd[16];
+        float4 wa[8];
+#pragma unroll 1
+        for (int p = 0; p < PAIRS - RP; p += RP) {
+#pragma unroll
+            for (int q = 0; q < RP; ++q) {   // pair P = p + q, in slot q
+                float4 wb[8];
+                layer_row(acc, wa, w1, 2 * (p + q), a0);
+                wait_groups<RP - 2>();       // this lane's copies of pair P + 1 have landed
+                __syncwarp();                // ... every lane's; and every lane has read slot q
+                const int sn = (q + 1) % RP;
+                a0 = ring_rd[32 * sn];
+                const float4 n1 = ring_rd[32 * sn + 16];
+                if (fast) {                  // refill slot q with pair P + RP of this tile
+                    const bool zero = q == RP - 1 && half && p == PAIRS - 2 * RP;   // row 71
+                    cp16(ring_dst + q * SLOT_BYTES, zero ? x : fsrc, zero ? 0 : 16);
+                    fsrc += two_n;
+                } else {
+                    fetch_any(ring_dst + q * SLOT_BYTES, x, n, tile, tiles, p + q + RP, half, cg, vecx);
+                }
+                commit();
+                layer_row(acc, wb, w1, 2 * (p + q) + 1, a1);
+                a1 = n1;
+            }
+        }
+        // The last RP pairs: the refills are the next tile's first pairs.
+#pragma unroll
+        for (int q = 0; q < RP; ++q) {
+            float4 wb[8];
+            layer_row(acc, wa, w1, 2 * (PAIRS - RP + q), a0);
+            float4 n1 = a1;
+            if (q < RP - 1) {
+                wait_groups<RP - 2>();
+                __syncwarp();
+                a0 = ring_rd[32 * (q + 1)];
+                n1 = ring_rd[32 * (q + 1) + 16];
+            } else {
+                __syncwarp();                // every lane has read slot q
+            }
+            fetch_any(ring_dst + q * SLOT_BYTES, x, n, tile + stride, tiles, q, half, cg, vecx);
+            commit();
+            layer_row(acc, wb, w1, 2 * (PAIRS - RP + q) + 1, a1);
+            a1 = n1;
         }
 
         // h1 = ReLU(acc) into the warp's tile: hs[unit][column within the tile].
@@ -167,10 +233,14 @@ fp32RegisterTiledKernel(const float *__restrict__ x, const float4 *__restrict__ 
             const float b = smem[RT_B2 + unit0 + u];
             acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = b;
         }
-#pragma unroll 4
-        for (int k = 0; k < HIDDEN; ++k) {
-            const float4 a = *reinterpret_cast<const float4 *>(hs + k * RT_TILE_COLUMNS + 4 * cg);
-            fma_tile(acc, reinterpret_cast<const float4 *>(smem + RT_W2 + k * RT_STRIDE + woff), a);
+        {
+            const float4 *h4 = reinterpret_cast<const float4 *>(hs) + cg;
+#pragma unroll 1
+            for (int k = 0; k < HIDDEN; k += 2) {
+                float4 wb[8];
+                layer_row(acc, wa, w2, k, h4[16 * k]);
+                layer_row(acc, wb, w2, k + 1, h4[16 * (k + 1)]);
+            }
         }
 
         // Layer 3: partial sums over this lane's 32 units, then the other half's.
@@ -199,7 +269,7 @@ fp32RegisterTiledKernel(const float *__restrict__ x, const float4 *__restrict__ 
             for (int c = 0; c < 4; ++c) v4[c] = (half ? out[2 + i][c] : out[i][c]) + b;
             const float4 v = make_float4(v4[0], v4[1], v4[2], v4[3]);
             float *yrow = y + (size_t)o * n;
-            if (vec && col + 3 < n) {
+            if (vecy && col + 3 < n) {
                 *reinterpret_cast<float4 *>(yrow + col) = v;
             } else {
                 if (col < n) yrow[col] = v.x;
@@ -209,4 +279,5 @@ fp32RegisterTiledKernel(const float *__restrict__ x, const float4 *__restrict__ 
             }
         }
     }
+    wait_groups<0>();   // no copy outlives the block (the last refills fetch nothing)
 }
