@@ -160,7 +160,7 @@ def measure_sweep(study, sweep: Sweep, sizes: list, repeats: int, warmup: int, s
 
 
 #: What a sweep's record keeps of a timing besides its median: the spread and how it was timed.
-SPREAD = ("min", "max", "samples", "timing")
+SPREAD = ("min", "max", "samples", "timing", "calls_per_replay")
 
 
 def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, warmup, options, timer):
