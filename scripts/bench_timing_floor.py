@@ -18,37 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 
 import numpy as np
 
-
-def graph_of(calls, reps, repeats=30):
-    """Per-call ms of a graph holding `reps` rounds of `calls`: median, min, max over replays."""
-    import cupy as cp
-
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        for f in calls:
-            f()
-        stream.synchronize()
-        stream.begin_capture()
-        for _ in range(reps):
-            for f in calls:
-                f()
-        graph = stream.end_capture()
-        for _ in range(3):
-            graph.launch(stream)
-        stream.synchronize()
-        out = []
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        for _ in range(repeats):
-            a.record(stream)
-            graph.launch(stream)
-            b.record(stream)
-            b.synchronize()
-            out.append(cp.cuda.get_elapsed_time(a, b) / (reps * len(calls)))
-    return statistics.median(out), min(out), max(out)
+from bench_mlp_hopper import graph_time  # one CUDA graph of the calls, repeated; per-call times
 
 
 def main():
@@ -66,7 +39,7 @@ def main():
     call = lambda: empty((1,), (32,), (np.int32(0),))  # noqa: E731
     m = time_gpu(call, repeats=30, warmup=3, graph=True)
     res["empty/book"] = (m.median, m.min, m.max)
-    res["empty/graph20"] = graph_of([call], 20)
+    res["empty/graph20"] = graph_time([call], repeats=30, per_graph=20)
 
     n = mlp.CASES["5x5"]
     rng = np.random.default_rng(5)
@@ -80,9 +53,9 @@ def main():
         one = lambda s=step: mlp.forward(xs[0], prepared, step=s, out=ys[0])  # noqa: E731
         m = time_gpu(one, repeats=30, warmup=3, graph=True)
         res[f"{step}/book"] = (m.median, m.min, m.max)
-        res[f"{step}/graph20"] = graph_of([one], 20)
+        res[f"{step}/graph20"] = graph_time([one], repeats=30, per_graph=20)
         rot = [(lambda x=x, y=y, s=step: mlp.forward(x, prepared, step=s, out=y)) for x, y in zip(xs, ys)]
-        res[f"{step}/graph24rot"] = graph_of(rot, 1)
+        res[f"{step}/graph24rot"] = graph_time(rot, repeats=30, per_graph=1)
 
     with open(os.path.join(args.out, "timing_floor.json"), "w") as f:
         json.dump({k: list(v) for k, v in res.items()}, f, indent=1)
