@@ -4,10 +4,12 @@ step 14 and PyTorch FP16 in one process on the device.
 
     PYTHONUNBUFFERED=1 python3 scripts/bench_mlp_f18.py --out $OUT [--ncu]
 
-Candidates (kept in data/bench/mlp/s3-fp16/, not steps: both lost, NOTES "Session 3, FP16 step"):
-18_tma_ring_fp16.cu (each warp keeps RING 32-column tiles of x in shared memory, filled by
-cp.async.bulk.tensor.2d with a 128-byte swizzle) and 18_tma_stages_fp16.cu (a producer warp fills
-block-wide stages of WARPS adjacent tiles). The device calls ran them from kernels/mlp/. Shapes the TMA cannot take
+Candidates (now MLP step 18, kernels/mlp/18_tensor_core_fp16_tma.cu + tma_fp16.cuh; the device calls
+of NOTES "Session 3, FP16 step" ran the same code as two files, 18_tma_ring_fp16.cu and
+18_tma_stages_fp16.cu, kept in git history at commit 1fed618 under data/bench/mlp/s3-fp16/):
+tmaRingHalfKernel (each warp keeps RING 32-column tiles of x in shared memory, filled by
+cp.async.bulk.tensor.2d with a 128-byte swizzle) and tmaStagesHalfKernel (a producer warp fills
+block-wide stages of WARPS adjacent tiles). Shapes the TMA cannot take
 (n % 4 != 0, x or y not 16-byte aligned) go to step 14's kernel, as the package would.
 1. checks: every variant at N in {1, 31, 33, 12799, 12800, 16239, 2,097,152} plus TMA-path shapes
    with ragged last tiles {4, 36, 100, 12804, 65540}, x offset by 1 float (fallback) and by 4 floats
@@ -23,8 +25,6 @@ Reuses scripts/bench_mlp_hopper.py (data, references, packing, graph timer, PyTo
 from __future__ import annotations
 
 import argparse
-import ctypes
-import functools
 import json
 import os
 import subprocess
@@ -36,22 +36,23 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # kernelbook.tma (ctypes only)
 import bench_mlp_hopper as b  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "kernels" / "mlp"
-CDIR = ROOT / "data" / "bench" / "mlp" / "s3-fp16"
+SOURCE = "18_tensor_core_fp16_tma.cu"
 _mods: dict = {}
 
 
 def module(src: str, defines: dict):
-    """A candidate from CDIR (NVRTC, the device's architecture), headers from CDIR and kernels/mlp."""
+    """A kernel file of kernels/mlp (NVRTC, the device's architecture)."""
     import cupy as cp
 
-    opts = ("--std=c++17", f"-I{CDIR}", f"-I{KDIR}") + tuple(f"-D{k}={v}" for k, v in sorted(defines.items()))
+    opts = ("--std=c++17", f"-I{KDIR}") + tuple(f"-D{k}={v}" for k, v in sorted(defines.items()))
     key = (src, opts)
     if key not in _mods:
-        _mods[key] = cp.RawModule(code=(CDIR / src).read_text(), options=opts)
+        _mods[key] = cp.RawModule(code=(KDIR / src).read_text(), options=opts)
         _mods[key].compile()
     return _mods[key]
 SLOT = 72 * 128
@@ -63,42 +64,20 @@ TIME_SIZES = (b.N_LARGE, b.N_SMALL)
 CHECK_SIZES = (1, 31, 33, 12799, 12800, 16239, 4, 36, 100, 12804, 65540, b.N_LARGE)
 
 
-@functools.lru_cache(maxsize=1)
-def _encoder():
-    fn = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p,
-                   ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
-                   ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
-                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-    return fn
+PROMOTION_BYTES = {0: 0, 1: 64, 2: 128, 3: 256}   # the variants' L2 promotion codes
 
 
 def x_map(ptr, n, rows, promo):
-    """x (71, n) float32 as a 2-D tensor, box 32 columns x ``rows`` rows, 128-byte swizzle, OOB zeros."""
-    raw = ctypes.create_string_buffer(256)
-    at = (ctypes.addressof(raw) + 63) & ~63
-    st = _encoder()(ctypes.c_void_p(at), 7, 2, ctypes.c_void_p(ptr), (ctypes.c_uint64 * 2)(n, 71),
-                    (ctypes.c_uint64 * 1)(n * 4), (ctypes.c_uint32 * 2)(32, rows), (ctypes.c_uint32 * 2)(1, 1),
-                    0, 3, promo, 0)
-    if st != 0:
-        raise RuntimeError(f"cuTensorMapEncodeTiled error {st} (n={n}, rows={rows})")
-    return ctypes.string_at(at, 128)
+    """x (71, n) float32 as a 2-D tensor, box 32 columns x ``rows`` rows, 128-byte swizzle, OOB zeros
+    (the package's descriptor, kernelbook/mlp/tensor.py's x_descriptor, with the bench's box)."""
+    from kernelbook import tma
 
-
-BOX_ROWS: list = []
+    return tma.tensor_map(ptr, tma.DT_FLOAT32, [n, 71], [4 * n], [32, rows], l2_promotion=PROMOTION_BYTES[promo])
 
 
 def box_rows():
-    """72 (row 71 zero-filled by the TMA) if the driver takes a box taller than the tensor, else 71."""
-    if not BOX_ROWS:
-        try:
-            x_map(1 << 20, 128, 72, 2)
-            BOX_ROWS.append(72)
-        except RuntimeError as e:
-            print(f"  box of 72 rows refused ({e}); using 71 rows + a zeroed row")
-            BOX_ROWS.append(71)
-    return BOX_ROWS[0]
+    """72: the kernels need the box taller than the tensor (row 71 zero-filled by the TMA)."""
+    return 72
 
 
 class Tma(b.Step):
@@ -107,8 +86,8 @@ class Tma(b.Step):
     def __init__(self, warps, ring, per_sm, promo, fallback):
         super().__init__(f"18tma(w{warps},r{ring},b{per_sm},p{promo})")
         rows = box_rows()
-        self.fn = module("18_tma_ring_fp16.cu", {"WARPS": warps, "RING": ring, "MIN_BLOCKS": per_sm,
-                                                   "BOX_ROWS": rows, "SPIN_LIMIT": "(1LL<<24)"}).get_function("tmaRingHalfKernel")
+        self.fn = module(SOURCE, {"RING_WARPS": warps, "RING_SLOTS": ring, "RING_MIN_BLOCKS": per_sm,
+                                  "SPIN_LIMIT": "(1LL<<24)"}).get_function("tmaRingHalfKernel")
         self.smem = warps * ring * SLOT + 1024
         self.fn.max_dynamic_shared_size_bytes = self.smem
         self.warps, self.ring, self.per_sm, self.promo, self.rows = warps, ring, per_sm, promo, rows
@@ -139,13 +118,13 @@ class Tma(b.Step):
 
 
 class Stages(Tma):
-    """kernels/mlp/18_tma_stages_fp16.cu: a producer warp fills stages of ``warps`` adjacent tiles."""
+    """tmaStagesHalfKernel: a producer warp fills stages of ``warps`` adjacent tiles."""
 
     def __init__(self, warps, stages, per_sm, promo, fallback):
         b.Step.__init__(self, f"18stg(w{warps},s{stages},b{per_sm},p{promo})")
         rows = box_rows()
-        self.fn = module("18_tma_stages_fp16.cu", {"WARPS": warps, "STAGES": stages, "BOX_ROWS": rows,
-                                                     "SPIN_LIMIT": "(1LL<<24)"}).get_function("tmaStagesHalfKernel")
+        self.fn = module(SOURCE, {"STAGE_WARPS": warps, "STAGES": stages,
+                                  "SPIN_LIMIT": "(1LL<<24)"}).get_function("tmaStagesHalfKernel")
         self.smem = warps * stages * SLOT + 1024
         self.fn.max_dynamic_shared_size_bytes = self.smem
         self.warps, self.ring, self.per_sm, self.promo, self.rows = warps, stages, per_sm, promo, rows

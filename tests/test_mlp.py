@@ -99,7 +99,7 @@ def test_references_agree_and_scaled_measure():
 
 
 def test_step_list_matches_the_kernel_files():
-    assert len(STEPS) == 18 and STEPS.baseline.slug == "baseline"
+    assert len(STEPS) == 19 and STEPS.baseline.slug == "baseline"
     problems = [p for p in STEPS.check_files() if not p.endswith(".md is missing")]
     assert problems == []
     for step in STEPS:
@@ -157,6 +157,13 @@ def test_arguments_are_checked_before_any_launch():
     ("final-full-range", {"warps": 17}, ParameterError),
     ("final-full-range", {"m_tiles": 3}, ParameterError),
     ("final-full-range", {"blocks_per_sm": 5}, ParameterError),
+    ("tensor-core-fp16-tma", {"ring_warps": 17}, ParameterError),
+    ("tensor-core-fp16-tma", {"stages": 0}, ParameterError),
+    ("tensor-core-fp16-tma", {"l2_promotion": 512}, ParameterError),
+    ("tensor-core-fp16-tma", {"switch_columns": -1}, ParameterError),
+    ("tensor-core-fp16-tma", {"switch_columns": 1.5}, ParameterError),
+    ("tensor-core-fp16-tma", {"ring_blocks_per_sm": 5}, ParameterError),
+    ("tensor-core-fp16-tma", {"ring_warps": 16, "ring_slots": 2}, LaunchLimitError),   # 296 KB of tiles
 ])
 def test_bad_parameters_are_refused(slug, params, error):
     x = data.make_signals(8, 2)
@@ -415,7 +422,7 @@ def test_range_cases_cover_the_promised_grid():
     claimed = [s for s in STEPS.slugs() if ranges.claims_full_range(STEPS.impl(s))]
     assert {"baseline", "whole-net-registers", "tensor-core-3xtf32", "fp32-register-tiled",
             "final-full-range"} <= set(claimed)
-    assert not {"best", "tensor-core-fp16"} & set(claimed)
+    assert not {"best", "tensor-core-fp16", "tensor-core-fp16-tma"} & set(claimed)
 
 
 def test_the_library_ratio_is_judged_only_within_one_run():
@@ -426,3 +433,77 @@ def test_the_library_ratio_is_judged_only_within_one_run():
     assert "missed" in vendor_ratio({**t, "vendor_ms": 2.0})          # 2.19x is under 2.5x
     assert "no ratio" in vendor_ratio({**t, "vendor_run": "runB"})    # two runs: no ratio at all
     assert vendor_ratio({**t, "vendor_ms": None}) == ""
+
+
+# ----------------------------------------------------------------------------- step 18 (TMA-fed FP16)
+
+
+def test_tma_step_picks_its_kernel_by_columns_and_falls_back_to_step_14():
+    """Ring up to switch_columns, stages above; N % 4 != 0 is step 14's kernel, launched with step
+    14's own launch; the shared memory declared is what the kernels' layout needs."""
+    impl = STEPS.impl("tensor-core-fp16-tma")
+    params = impl.params()
+    (ring,) = impl.launches(MlpShape(12800), params)
+    assert ring.kernel == "tmaRingHalfKernel" and ring.block == (128, 1, 1) and ring.min_blocks == 2
+    assert ring.grid == (100, 1, 1)                        # 400 tiles, 4 warps a block
+    assert ring.dynamic_smem == 4 * 2 * 9216 + 1024 and ring.static_smem == 20000 + 8 * 8
+    (stages,) = impl.launches(MlpShape(CASES["100x100"]), params)
+    assert stages.kernel == "tmaStagesHalfKernel" and stages.block == (288, 1, 1)
+    assert stages.grid == (132, 1, 1) and stages.dynamic_smem == 2 * 8 * 9216 + 1024
+    assert impl.launches(MlpShape(65536), params)[0].kernel == "tmaRingHalfKernel"
+    assert impl.launches(MlpShape(65540), params)[0].kernel == "tmaStagesHalfKernel"
+    assert impl.launches(MlpShape(12800), impl.params(switch_columns=0))[0].kernel == "tmaStagesHalfKernel"
+    step14 = STEPS.impl("tensor-core-fp16")
+    for n in (1, 31, 12799, 65537):
+        shape = MlpShape(n)
+        assert impl.launches(shape, params) == step14.launches(shape, step14.params())
+        assert impl.source_for(params, shape) == step14.source
+        assert impl.defines(params, shape) == step14.defines(step14.params(), shape)
+    assert impl.source_for(params, MlpShape(12800)) == "mlp/18_tensor_core_fp16_tma.cu"
+    assert impl.defines(params, MlpShape(12800)) == {"RING_WARPS": 4, "RING_SLOTS": 2, "RING_MIN_BLOCKS": 2,
+                                                      "STAGE_WARPS": 8, "STAGES": 2}
+
+
+def test_tma_step_caches_the_descriptor_and_the_plan(monkeypatch):
+    """A repeated call asks the driver for x's tensor map once per (address, N, promotion) and
+    builds its launch plan once; another address or promotion asks again. Misaligned x or y and
+    N % 4 != 0 go to step 14's launch without a descriptor."""
+    import types
+
+    import cupy as cp
+
+    from kernelbook.mlp import tensor
+
+    impl = STEPS.impl("tensor-core-fp16-tma")
+    asked, launched, fell_back = [], [], []
+    monkeypatch.setattr(tensor, "x_descriptor", lambda ptr, n, promo: asked.append((ptr, n, promo)) or bytes(128))
+
+    class Buffer:
+        def set(self, host, stream=None):
+            assert len(host) == 128
+
+    monkeypatch.setattr(cp, "empty", lambda n, dtype=None: Buffer())
+    monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: 0)
+    monkeypatch.setattr(impl, "kernel", lambda name, params, problem: (lambda *a, **k: launched.append((name, a[0]))))
+    monkeypatch.setattr(impl, "_plans", {})
+    monkeypatch.setattr(impl, "_maps", {})
+    monkeypatch.setattr(type(impl.fallback()), "launch", lambda self, y, x, w, shape, params, stream=None:
+                        fell_back.append(shape.N))
+
+    def array(ptr):
+        return types.SimpleNamespace(data=types.SimpleNamespace(ptr=ptr))
+
+    from kernelbook.mlp.impls import PreparedWeights
+
+    w = PreparedWeights(tuple(range(6)), {"packed": "packed"})
+    params = impl.params()
+    for _ in range(3):
+        impl.launch(array(4096), array(8192), w, MlpShape(12800), params)
+    assert asked == [(8192, 12800, 256)] and len(launched) == 3 and len(impl._plans) == 1
+    impl.launch(array(4096), array(16384), w, MlpShape(12800), params)
+    impl.launch(array(4096), array(16384), w, MlpShape(12800), impl.params(l2_promotion=128))
+    assert asked[1:] == [(16384, 12800, 256), (16384, 12800, 128)]
+    impl.launch(array(4096), array(8196), w, MlpShape(12800), params)     # x 4 bytes off
+    impl.launch(array(4100), array(8192), w, MlpShape(12800), params)     # y 4 bytes off
+    impl.launch(array(4096), array(8192), w, MlpShape(12801), params)     # N % 4 != 0
+    assert fell_back == [12800, 12800, 12801] and len(asked) == 3

@@ -172,3 +172,78 @@ def test_a_repeated_call_still_checks_its_arrays(weights):
     with pytest.raises(ShapeError):
         forward(x, tuple(reshaped), step="final-full-range", out=out)
     forget_weights()
+
+
+# ----------------------------------------------------------------------------- step 18 (TMA-fed FP16)
+
+TMA_COLUMNS = (4, 36, 100, 12804, 65536, 65540, 131072 + 36)   # ragged last tiles and stages; both kernels
+
+
+def _count_tma_calls(monkeypatch) -> list:
+    """Every call that takes the TMA path asks for x's descriptor (cached or not): counted here."""
+    impl = STEPS.impl("tensor-core-fp16-tma")
+    calls, real = [], impl.x_map
+    monkeypatch.setattr(impl, "x_map", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    return calls
+
+
+def _tma_case(n, x_offset=0, y_offset=0, seed=5, **params):
+    """Step 18 on x and out that start ``x_offset`` / ``y_offset`` floats into their buffers, out
+    poisoned with NaN; returns (output, CPU float32 reference, host weights)."""
+    import cupy as cp
+
+    host_w = data.make_weights(seed)
+    x_host = data.make_signals(n, seed + n % 89)
+    xbuf = cp.empty(71 * n + x_offset, dtype=cp.float32)
+    x = xbuf[x_offset:].reshape(71, n)
+    x[...] = cp.asarray(x_host)
+    ybuf = cp.full(4 * n + y_offset, cp.nan, dtype=cp.float32)
+    out = ybuf[y_offset:].reshape(4, n)
+    forward(x, tuple(cp.asarray(w) for w in host_w), step="tensor-core-fp16-tma", out=out, **params)
+    return out.get(), reference.forward32(x_host, host_w)
+
+
+@pytest.mark.parametrize("n", TMA_COLUMNS)
+@pytest.mark.parametrize("switch_columns", (65536, 0, 2**31 - 1))   # default; stages everywhere; ring everywhere
+def test_tma_step_on_ragged_shapes(n, switch_columns, monkeypatch):
+    calls = _count_tma_calls(monkeypatch)
+    got, ref = _tma_case(n, switch_columns=switch_columns)
+    assert not np.isnan(got).any(), "some outputs were never written"
+    assert reference.scaled_abs_diff(got, ref) <= reference.HALF_THRESHOLD
+    assert calls == [n]                              # it took the TMA path
+
+
+@pytest.mark.parametrize("n, x_offset, y_offset, tma", [
+    (12800, 1, 0, False), (12800, 0, 1, False), (12800, 2, 2, False),   # not 16-byte aligned: step 14's kernel
+    (12800, 4, 0, True), (12804, 4, 4, True), (2_097_152 + 4, 4, 0, True),  # 16 bytes off: the TMA still reads
+    (12799, 0, 0, False), (65537, 0, 0, False),                          # N % 4 != 0: step 14's kernel
+])
+def test_tma_step_falls_back_where_the_tma_cannot_read(n, x_offset, y_offset, tma, monkeypatch):
+    calls = _count_tma_calls(monkeypatch)
+    got, ref = _tma_case(n, x_offset, y_offset)
+    assert not np.isnan(got).any(), "some outputs were never written"
+    assert reference.scaled_abs_diff(got, ref) <= reference.HALF_THRESHOLD
+    assert calls == ([n] if tma else [])
+
+
+def test_tma_step_reuses_its_descriptor_for_a_repeated_call(monkeypatch):
+    """The driver is asked for x's tensor map once; a repeated call on the same x (new values)
+    launches with the cached one and still reads the new values."""
+    import cupy as cp
+
+    from kernelbook.mlp import tensor
+
+    asked = []
+    real = tensor.x_descriptor
+    monkeypatch.setattr(tensor, "x_descriptor", lambda *a: asked.append(a) or real(*a))
+    host_w = data.make_weights(8)
+    dev_w = tuple(cp.asarray(w) for w in host_w)
+    x = cp.asarray(data.make_signals(12800, 1))
+    out = cp.full((4, 12800), cp.nan, dtype=cp.float32)
+    forward(x, dev_w, step="tensor-core-fp16-tma", out=out)
+    x_host = data.make_signals(12800, 2)
+    x[...] = cp.asarray(x_host)
+    out[...] = cp.nan
+    forward(x, dev_w, step="tensor-core-fp16-tma", out=out)
+    assert len(asked) <= 1   # 0 when an earlier test left this address and size cached
+    assert reference.scaled_abs_diff(out.get(), reference.forward32(x_host, host_w)) <= reference.HALF_THRESHOLD

@@ -33,4 +33,7 @@ STEPS = StepList("mlp", [
          i.RegisterTiled, builds_on="whole-net-registers"),
     Step(17, "final-full-range", "17_final_full_range", "Final: FP32-accurate over FP32's whole range (scaled 3xFP16)",
          t.FinalFullRange, builds_on="final"),
+    Step(18, "tensor-core-fp16-tma", "18_tensor_core_fp16_tma",
+         "FP16 fed by the TMA: stages for many columns, a per-warp ring for few", t.TensorCoreHalfTma,
+         builds_on="tensor-core-fp16"),
 ])

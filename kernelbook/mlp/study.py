@@ -99,7 +99,7 @@ class MlpStudy(Study):
         cuda_fp32 = ["baseline", "fused-global", "fused-shared", "whole-net-shared", "shared-and-registers",
                      "last-layer-coop", "whole-net-registers", "fp32-register-tiled"]
         half = ["half-precision", "reduced-bank-conflicts", "coalesced-weights", "inputs-load-hiding",
-                "better-occupancy", "best", "tensor-core-fp16"]
+                "better-occupancy", "best", "tensor-core-fp16", "tensor-core-fp16-tma"]
         return [
             {"what": "100x100, FP32 on CUDA cores", "case": "100x100", "limit_ms": 0.90, "steps": cuda_fp32,
              "vendor": "torch-fp32", "vendor_ratio": 2.5},

@@ -1,4 +1,4 @@
-"""Steps 13-15 and 17: fully fused tensor-core kernels (one warp carries 16-32 columns through all
+"""Steps 13-15, 17 and 18: fully fused tensor-core kernels (one warp carries 16-32 columns through all
 three layers in registers). Same call convention as ``impls``; every step declares its launches
 (``launches``/``launch_args``, see ``kernelbook.steps``)."""
 
@@ -8,11 +8,11 @@ import contextlib
 
 import numpy as np
 
-from .. import kernels, limits
+from .. import kernels, limits, tma
 from ..errors import ParameterError
-from ..steps import Launch
+from ..steps import Launch, set_once
 from . import pack
-from .impls import DeclaredMlp, MlpImpl, _int_param, per_shape
+from .impls import DeclaredMlp, MlpImpl, _int_param, per_shape, sm_count
 from .reference import HALF_THRESHOLD
 
 
@@ -208,3 +208,173 @@ class FinalFullRange(MlpImpl):
     def exact_only(self, prepared) -> bool:
         """True when these weights send every tile down the exact 3xTF32 path (host-side flag)."""
         return bool(prepared.extra["split"][-8:-4].get().view(np.int32)[0])
+
+
+class TensorCoreHalfTma(MlpImpl):
+    math = "fp16"
+    """Step 18: step 14's FP16 network with x brought into shared memory by the TMA. Up to
+    ``switch_columns`` columns the per-warp ring kernel (``ring_*``: warps per block, slots per
+    warp, blocks per SM, also its ``__launch_bounds__`` minimum), above it the block-level stages
+    kernel (``stage_*``: consumer warps per block, stages, blocks per SM); ``l2_promotion``: the
+    bytes each TMA request brings into L2. Shapes the TMA or the 16-byte stores cannot take
+    (N % 4 != 0, x or y not 16-byte aligned) run step 14's kernel with step 14's defaults.
+
+    Defaults: the fastest configurations measured in development (data/bench/mlp/NOTES.md,
+    "Session 3, FP16 step"): stages 8 x 2, 1 block per SM at 2,097,152 columns; ring 4 warps x 2
+    slots, 2 blocks per SM at 12,800; 256-byte promotion. ``switch_columns`` = 65,536: a stage is
+    ``32 * stage_warps`` columns, so below 132 SMs x 256 = 33,792 columns the stages kernel leaves
+    SMs idle (at 12,800 it measured 5.8-6.1 us against the ring's 4.2); 65,536 gives every SM two
+    stages, so that its double buffering has something to overlap. Only the two test cases were
+    timed; the switch between them is a reasoned choice, not a measured crossover.
+
+    The TMA descriptor of x (address, N, promotion) comes from the driver once per (device,
+    address, N, promotion) and is kept in device memory; the launch plan (kernel, grid, block,
+    shared memory) once per (N, parameters): a repeated call costs two dictionary look-ups and
+    the launch."""
+
+    kernel_names = ("tmaRingHalfKernel", "tmaStagesHalfKernel")
+    defaults = {"ring_warps": 4, "ring_slots": 2, "ring_blocks_per_sm": 2,
+                "stage_warps": 8, "stages": 2, "stage_blocks_per_sm": 1,
+                "l2_promotion": 256, "switch_columns": 65536}
+    precision, measure, tolerance = "fp16", "scaled_abs_diff", HALF_THRESHOLD
+    full_range = False
+    packing = staticmethod(pack.f16_fragments)   # step 14's fragments: its kernel reads the same
+    FALLBACK = "tensor-core-fp16"
+    TILE_BYTES = 72 * 128       # one box: 72 rows x 32 float columns (kernels/mlp/tma_fp16.cuh)
+    ALIGN_SLACK = 1024          # the tiles start 1,024-byte aligned inside the dynamic shared memory
+    WEIGHT_BYTES = 20000        # step 14's packed weights, static shared memory
+    IN_ROWS = 71
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._plans: dict = {}
+        self._maps: dict = {}
+
+    # ------------------------------------------------------------------ parameters and shapes
+    def check_params(self, params):
+        _int_param(params, "ring_warps", range(1, 17), "pass ring_warps between 1 and 16 (e.g. 4).")
+        _int_param(params, "ring_slots", range(1, 9), "pass ring_slots between 1 and 8 (e.g. 2).")
+        _int_param(params, "ring_blocks_per_sm", range(1, 5),
+                   "pass ring_blocks_per_sm between 1 and 4 (it is also the kernel's __launch_bounds__ minimum).")
+        _int_param(params, "stage_warps", range(1, 17), "pass stage_warps between 1 and 16 (e.g. 8).")
+        _int_param(params, "stages", range(1, 9), "pass stages between 1 and 8 (e.g. 2).")
+        _int_param(params, "stage_blocks_per_sm", range(1, 5), "pass stage_blocks_per_sm between 1 and 4.")
+        _int_param(params, "l2_promotion", tuple(tma.L2_PROMOTION), "pass l2_promotion=256 (bytes: 0, 64, 128 or 256).")
+        limits.finite_number("switch_columns", params["switch_columns"], 0, 2**31 - 1, example="65536")
+        if not isinstance(params["switch_columns"], (int, np.integer)):
+            raise ParameterError(f"switch_columns={params['switch_columns']!r} is not a whole number.",
+                                 "pass switch_columns=65536 (columns; the ring kernel up to it, stages above).")
+
+    def validate(self, shape, params):
+        self.check_params(params)
+        self.check_launches(shape, params)
+
+    def uses_tma(self, shape) -> bool:
+        """Whether N lets the TMA read x (row stride 4 N a multiple of 16 bytes); the arrays' own
+        alignment is checked per call."""
+        return shape.N % 4 == 0
+
+    def ring(self, shape, params) -> bool:
+        return shape.N <= params["switch_columns"]
+
+    def fallback(self):
+        return self.other(self.FALLBACK)
+
+    def fallback_params(self) -> dict:
+        found = getattr(self, "_fallback_params", None)
+        if found is None:
+            found = self._fallback_params = self.fallback().params()
+        return found
+
+    def defines(self, params, shape):
+        if not self.uses_tma(shape):
+            return self.fallback().defines(self.fallback_params(), shape)
+        return {"RING_WARPS": params["ring_warps"], "RING_SLOTS": params["ring_slots"],
+                "RING_MIN_BLOCKS": params["ring_blocks_per_sm"], "STAGE_WARPS": params["stage_warps"],
+                "STAGES": params["stages"]}
+
+    def source_for(self, params, problem) -> str:
+        return self.source if self.uses_tma(problem) else self.fallback().source
+
+    @per_shape
+    def launches(self, shape, params):
+        if not self.uses_tma(shape):
+            return self.fallback().launches(shape, self.fallback_params())
+        if self.ring(shape, params):
+            warps, slots, per_sm = params["ring_warps"], params["ring_slots"], params["ring_blocks_per_sm"]
+            tiles = -(-shape.N // 32)                                # 32-column tiles, one warp's each
+            work = -(-tiles // warps)                                # blocks' worth of tiles
+            return [Launch(self.kernel_names[0], (self.persistent_grid(work, per_sm), 1, 1), (32 * warps, 1, 1),
+                           dynamic_smem=warps * slots * self.TILE_BYTES + self.ALIGN_SLACK,
+                           static_smem=self.WEIGHT_BYTES + 8 * warps * slots, min_blocks=per_sm)]
+        warps, stages, per_sm = params["stage_warps"], params["stages"], params["stage_blocks_per_sm"]
+        work = -(-shape.N // (32 * warps))                           # stages of 32 * warps columns
+        return [Launch(self.kernel_names[1], (self.persistent_grid(work, per_sm), 1, 1), (32 * (warps + 1), 1, 1),
+                       dynamic_smem=warps * stages * self.TILE_BYTES + self.ALIGN_SLACK,
+                       static_smem=self.WEIGHT_BYTES + 16 * stages)]
+
+    # ------------------------------------------------------------------ building
+    def kernel(self, name, params, problem):
+        if name not in self.kernel_names:   # step 14's kernel, for the shapes the TMA cannot take
+            return self.fallback().kernel(name, self.fallback_params(), problem)
+        return kernels.get_kernel(self.source, name, self.defines(params, problem))
+
+    def prepare(self, params, problem):
+        """Compile this shape's kernel and step 14's (a call whose x or y is not 16-byte aligned
+        runs it), outside timings."""
+        self.fallback().prepare(self.fallback_params(), problem)
+        if self.uses_tma(problem):
+            self.plan(problem, params)
+
+    def plan(self, shape, params) -> tuple:
+        """(kernel, grid, block, dynamic shared memory), once per (N, parameters, SM count)."""
+        key = (shape.N, tuple(params.items()), sm_count())
+        found = self._plans.get(key)
+        if found is None:
+            (launch,) = self.launches(shape, params)
+            fn = self.kernel(launch.kernel, params, shape)
+            if launch.dynamic_smem + launch.static_smem > limits.H100.static_smem_per_block:
+                set_once(fn, "max_dynamic_shared_size_bytes", launch.dynamic_smem)   # the opt-in past 48 KB
+            found = (fn, launch.grid, launch.block, launch.dynamic_smem)
+            if len(self._plans) > 256:
+                self._plans.clear()
+            self._plans[key] = found
+        return found
+
+    def x_map(self, x, n: int, promotion: int, stream=None):
+        """x's TMA descriptor in device memory: from the driver once per (device, address, N,
+        promotion), i.e. per array a caller passes; the same bytes for any array at that address
+        and size, so a freed and reallocated x reuses it correctly."""
+        import cupy as cp
+
+        key = (cp.cuda.runtime.getDevice(), x.data.ptr, n, promotion)
+        found = self._maps.get(key)
+        if found is None:
+            raw = x_descriptor(x.data.ptr, n, promotion)
+            found = cp.empty(len(raw), dtype=cp.uint8)
+            found.set(np.frombuffer(raw, dtype=np.uint8), stream=stream)
+            if len(self._maps) > 256:
+                self._maps.clear()
+            self._maps[key] = found
+        return found
+
+    # ------------------------------------------------------------------ the call
+    def launch(self, y, x, weights, shape, params, stream=None):
+        w = self.prepare_weights(weights)
+        if shape.N % 4 or x.data.ptr % 16 or y.data.ptr % 16:
+            return self.fallback().launch(y, x, w, shape, self.fallback_params(), stream=stream)
+        fn, grid, block, smem = self.plan(shape, params)
+        xmap = self.x_map(x, shape.N, params["l2_promotion"], stream)
+        fn(grid, block, (xmap, w.extra["packed"], y, np.int32(shape.N)), shared_mem=smem, stream=stream)
+        return y
+
+    def launch_args(self, launch, y, operands, shape, params):
+        x, w = operands
+        return (self.x_map(x, shape.N, params["l2_promotion"]), w.extra["packed"], y, np.int32(shape.N))
+
+
+def x_descriptor(address: int, n: int, promotion: int) -> bytes:
+    """The TMA descriptor of x (71 x n float32, row-major) for step 18: boxes of 32 columns x 72
+    rows (row 71 lies outside the tensor: the TMA fills it with zeros, as it does columns past n)."""
+    return tma.tensor_map(address, tma.DT_FLOAT32, [n, TensorCoreHalfTma.IN_ROWS], [4 * n], [32, 72],
+                          l2_promotion=promotion, fix="pass x as a C-contiguous (71, N) float32 CuPy array.")

@@ -31,11 +31,10 @@ loaded as a cubin; the TMA descriptors come from the driver's ``cuTensorMapEncod
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from collections import OrderedDict
 
-from .. import kernels, limits
+from .. import kernels, limits, tma
 from ..errors import ParameterError, ShapeError
 from ..limits import ceil_div
 from ..steps import set_once
@@ -55,36 +54,13 @@ WEIGHT_CACHE = 4                 # raw weight arrays whose packed copies a step 
 
 # ----------------------------------------------------------------------------- TMA descriptors
 
-_DT_FLOAT16, _DT_FLOAT32, _DT_BFLOAT16 = 6, 7, 9     # CUtensorMapDataType
-_SWIZZLE_128B, _L2_PROMOTION_256B = 3, 3
-
-
-@functools.lru_cache(maxsize=1)
-def _encoder():
-    lib = ctypes.CDLL("libcuda.so.1")
-    fn = lib.cuTensorMapEncodeTiled
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p,
-                   ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
-                   ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
-                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-    return fn
+_DT_FLOAT16, _DT_FLOAT32, _DT_BFLOAT16 = tma.DT_FLOAT16, tma.DT_FLOAT32, tma.DT_BFLOAT16
 
 
 def tensor_map(address: int, dtype: int, dims: list[int], strides: list[int], box: list[int]) -> bytes:
-    """The 128-byte TMA descriptor of a tiled tensor: ``dims`` fastest first, ``strides`` in bytes
-    of dims 1.., ``box`` the tile one copy moves; 128-byte swizzle; out-of-bounds reads give zeros."""
-    raw = ctypes.create_string_buffer(256)
-    aligned = (ctypes.addressof(raw) + 63) & ~63          # CUtensorMap is 64-byte aligned
-    rank = len(dims)
-    status = _encoder()(ctypes.c_void_p(aligned), dtype, rank, ctypes.c_void_p(address),
-                        (ctypes.c_uint64 * rank)(*dims), (ctypes.c_uint64 * max(rank - 1, 1))(*strides),
-                        (ctypes.c_uint32 * rank)(*box), (ctypes.c_uint32 * rank)(*([1] * rank)),
-                        0, _SWIZZLE_128B, _L2_PROMOTION_256B, 0)
-    if status != 0:
-        raise ShapeError(f"cuTensorMapEncodeTiled refused dims {dims}, strides {strides}, box {box} (error {status}).",
-                         "split the batch into smaller calls.")
-    return ctypes.string_at(aligned, 128)
+    """The core's descriptor (``kernelbook.tma``) with 256-byte L2 promotion; a refused tensor is
+    a batch too large for one call."""
+    return tma.tensor_map(address, dtype, dims, strides, box, l2_promotion=256, fix="split the batch into smaller calls.")
 
 
 @functools.lru_cache(maxsize=64)
