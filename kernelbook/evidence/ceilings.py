@@ -16,9 +16,11 @@ PART = results.part_name("device", "ceilings")
 FMA_SOURCE = "device/fp32_fma_peak.cu"
 FMA_CHAINS = 16
 EMPTY_SOURCE = "device/empty_kernel.cu"
-CEILING_METRICS = {"copy_gbs": "GB/s", "fp32_gflops": "GFLOP/s", "fp16_tensor_gflops": "GFLOP/s",
+READ_SOURCE = "device/read_stream.cu"
+CEILING_METRICS = {"copy_gbs": "GB/s", "read_gbs": "GB/s", "fp32_gflops": "GFLOP/s", "fp16_tensor_gflops": "GFLOP/s",
                    "tf32_tensor_gflops": "GFLOP/s", "empty_call_us": "µs", "empty_replay_us": "µs"}
 CEILING_TITLES = {"copy_gbs": "Copy bandwidth (device to device, read + write)",
+                  "read_gbs": "Read bandwidth (a streaming read, nothing written)",
                   "fp32_gflops": "FP32 FMA rate (CUDA cores)",
                   "fp16_tensor_gflops": "FP16 tensor rate (cuBLAS, 8192³)",
                   "tf32_tensor_gflops": "TF32 tensor rate (cuBLAS, 8192³)",
@@ -50,7 +52,9 @@ def measure_ceilings(repeats: int = 10, warmup: int = 2, copy_bytes: int = 2**30
     copy = time_gpu(lambda: dst.data.copy_from_device_async(src.data, copy_bytes), repeats, warmup)
     records.append(_ceiling("copy_gbs", 2 * copy_bytes / (copy.median / 1e3) / 1e9, copy, bytes_moved=2 * copy_bytes,
                             how="cudaMemcpyAsync device to device; bytes read + written"))
-    del src, dst
+    del dst
+    records.append(_read_ceiling(src, copy_bytes, repeats, warmup))
+    del src
 
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     blocks, threads = int(props["multiProcessorCount"]) * 8, 256
@@ -92,6 +96,22 @@ def measure_ceilings(repeats: int = 10, warmup: int = 2, copy_bytes: int = 2**30
     cp.get_default_memory_pool().free_all_blocks()
     records.extend(_timer_floor(repeats, warmup))
     return records
+
+
+def _read_ceiling(buffer, nbytes: int, repeats: int, warmup: int) -> dict:
+    """The rate at which the device reads ``nbytes`` that nothing writes back (``read_stream.cu``)."""
+    import cupy as cp
+
+    from ..measure import time_gpu
+
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    blocks, threads = int(props["multiProcessorCount"]) * 8, 256
+    kernel = kernels.get_kernel(READ_SOURCE, "read_stream", {})
+    out = cp.empty(blocks * threads, dtype=cp.float32)
+    args = (buffer, cp.int64(nbytes // 16), out)
+    read = time_gpu(lambda: kernel((blocks,), (threads,), args), repeats, warmup)
+    return _ceiling("read_gbs", nbytes / (read.median / 1e3) / 1e9, read, bytes_moved=nbytes,
+                    how=f"{READ_SOURCE}: 16-byte streaming loads, {blocks}x{threads} threads; bytes read")
 
 
 def _timer_floor(repeats: int, warmup: int) -> list[dict]:
