@@ -8,6 +8,8 @@ Rows (each compiled from a file, kernels/mlp on the include path):
 - "17cpa": --cpa-src (default: this tree's kernels/mlp/17_final_full_range.cu), the persistent
   kernel in the launch shapes of CPA; run 2 measured the cp.async-prologue version, which is that
   file on branch s17-cpa (data/bench/mlp/NOTES.md, session 3);
+- "17mc" / "17mc90a": --mc-src (NVRTC) / --mc-cubin (nvcc sm_90a, w8 m1 b2), a cluster-of-2 version
+  that multicasts the weights (helper s17b; grid rounded up to even);
 - "17_shipped": --main-src, step 17 as on main when measured (git show 42bcb1a:kernels/mlp/17_final_full_range.cu);
 - "17small": --small-src with --small, run 1's small-N candidate (one 16-column tile per block split
   over SMALL_WARPS warps; NOTES says from which commit to read it);
@@ -51,7 +53,8 @@ _spec.loader.exec_module(pack)
 
 SMALL = []   # (SMALL_WARPS, SMALL_MIN_BLOCKS) of the --small-src kernel
 CPA = [(8, 2), (4, 4), (4, 3)]   # (warps, blocks_per_sm) of this tree's step 17 (cp.async prologue)
-SRC = {"cpa": KDIR / "17_final_full_range.cu", "main": None, "small": None}   # set from the command line
+SRC = {"cpa": KDIR / "17_final_full_range.cu", "main": None, "small": None, "mc": None,
+       "mc_cubin": None}   # set from the command line
 _mods: dict = {}
 
 
@@ -107,6 +110,28 @@ class Shipped17(b.Step):
         self.fn((grid,), (32 * self.warps,), (x, p[0], p[1], y, np.int32(n)), shared_mem=self.smem)
 
 
+class Mc17(Shipped17):
+    """A cluster-of-2 version (--mc-src, NVRTC like the others; or --mc-cubin, a cubin built with
+    nvcc for sm_90a, w8 m1 b2 baked in): the grid is rounded up to a multiple of 2."""
+
+    def __init__(self, warps=8, per_sm=2, force_exact=False, cubin=None):
+        if cubin is None:
+            super().__init__(warps, per_sm, force_exact, src=SRC["mc"], tag="17mc")
+        else:
+            import cupy as cp
+
+            b.Step.__init__(self, f"17mc90a(w{warps},m1,b{per_sm})" + ("-EXACT" if force_exact else ""))
+            self.fn = cp.RawModule(path=str(cubin)).get_function("fullRange3xFP16Kernel")
+            self.smem = warps * 6400
+            self.fn.max_dynamic_shared_size_bytes = self.smem
+            self.warps, self.per_sm, self.force_exact = warps, per_sm, force_exact
+
+    def launch(self, x, y, p, n, stream=None):
+        grid = b.persistent(-(-(-(-n // 16)) // self.warps), self.per_sm)
+        grid += grid % 2
+        self.fn((grid,), (32 * self.warps,), (x, p[0], p[1], y, np.int32(n)), shared_mem=self.smem)
+
+
 class Small17(b.Step):
     """fullRange3xFP16SmallKernel: grid = one block per 16 columns, 32 * SMALL_WARPS threads."""
 
@@ -128,6 +153,10 @@ def build():
     ctors = [lambda v=v: Small17(*v) for v in SMALL]
     ctors += [lambda v=v: Shipped17(*v, src=SRC["cpa"], tag="17cpa") for v in CPA]
     ctors += [lambda: Shipped17(*CPA[0], force_exact=True, src=SRC["cpa"], tag="17cpa")]
+    if SRC["mc"]:
+        ctors += [lambda: Mc17(), lambda: Mc17(force_exact=True)]
+    if SRC["mc_cubin"]:
+        ctors += [lambda: Mc17(cubin=SRC["mc_cubin"]), lambda: Mc17(force_exact=True, cubin=SRC["mc_cubin"])]
     if SRC["main"]:
         ctors += [lambda: Shipped17(src=SRC["main"])]
     ctors += [lambda: b.TensorCore("14_tensor_core_fp16", "14_tensor_core_fp16.cu", "fusedTensorCoreHalfKernel",
@@ -258,9 +287,11 @@ def main():
     ap.add_argument("--cpa-src", default=str(SRC["cpa"]))
     ap.add_argument("--main-src", default="")
     ap.add_argument("--small-src", default="")
+    ap.add_argument("--mc-src", default="", help="cluster-of-2 multicast candidate (NVRTC)")
+    ap.add_argument("--mc-cubin", default="", help="the same built with nvcc for sm_90a (w8 m1 b2)")
     args = ap.parse_args()
-    for key in ("cpa", "main", "small"):
-        value = getattr(args, f"{key}_src")
+    for key in ("cpa", "main", "small", "mc", "mc_cubin"):
+        value = getattr(args, f"{key}_src" if key != "mc_cubin" else key)
         if value and not Path(value).is_file():
             sys.exit(f"--{key}-src {value}: no such file (NOTES, session 3, says how to restore the measured ones)")
         SRC[key] = Path(value).resolve() if value else None
@@ -299,7 +330,7 @@ def main():
     try:
         time_at(good, 12800, 1, 20, res["times"], "same-input")
         time_at(good, 12800, 24, 1, res["times"], "rotated24")
-        big = [s for s in good if s.name.startswith(("17_shipped", "17cpa"))]
+        big = [s for s in good if s.name.startswith(("17_shipped", "17cpa", "17mc"))]
         time_at(big + [s for s in good if s.name.startswith(("14", "15"))], b.N_LARGE, 1, 5, res["times"],
                 "same-input")
     except Exception:
