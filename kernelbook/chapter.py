@@ -66,14 +66,17 @@ class Chapter(StepRecording):
 
     def register_notes(self, compiled) -> list[str]:
         """Sentences for each kernel whose ptxas register count differs from Nsight Compute's, and why:
-        the compiler table builds each case for a one-item problem with nvcc, the timed and profiled
-        kernels are built at run time by NVRTC for the size launched."""
+        the compiler table builds each case with nvcc for the problem ``compiler.compiled_problem``
+        names (the case's own size, or one item), the timed and profiled kernels are built at run time
+        by NVRTC for the size launched."""
+        from .evidence import compiler as compiler_mod
         from .evidence.ncu import load_ncu
 
         profiled = load_ncu(self.study, self.variant, prefer_run=self.session.run.run_id)
         if not (compiled.found and profiled.found):
             return []
-        ptxas = {(r.get("kernel"), r["layer"]): r["value"] for r in compiled.records if r["metric"] == "registers"}
+        shown = compiler_mod.launched(self, compiled.records)   # not the rows of a stale build
+        ptxas = {(r.get("kernel"), r["layer"]): r["value"] for r in shown if r["metric"] == "registers"}
         impl = self.study.impl(self.variant)
         size = profiled.extra.get("batch") or self.study.profile_size
         notes = []
@@ -84,13 +87,16 @@ class Chapter(StepRecording):
                 continue
             params = impl.params(**self.case_params().get(case, {}))
             try:
-                one = impl.defines(params, self.study.problem(case, 1))
+                built = compiler_mod.compiled_problem(self.study, case)
+                one = impl.defines(params, built)
                 launched = impl.defines(params, self.study.problem(case, size))
             except Exception:  # a step whose defines cannot be derived here: say only what is known
                 one = launched = None
             if one is not None and one != launched:
                 changed = sorted(k2 for k2 in set(one) | set(launched) if one.get(k2) != launched.get(k2))
-                why = (f"the build depends on the size: the compiler table's build (one item) and the profiled "
+                compiled = self.study.size_of(case, 1)
+                what = "one item" if compiled == 1 else f"size {compiled:,}"
+                why = (f"the build depends on the size: the compiler table's build ({what}) and the profiled "
                        f"launch's (size {size:,}) differ in {', '.join(f'`{c}`' for c in changed)}, so they are two "
                        "builds of one kernel")
             else:

@@ -617,3 +617,55 @@ def test_a_split_step_is_judged_against_its_own_units_roof():
                           {**row, "number": "V1", "variant": "cudnn-tf32"}])
     notes = roofline.above_roofs(frame, CEILINGS, {"hopper-split": "tf32+2xbf16"})
     assert len(notes) == 1 and "14 (hopper-split" in notes[0] and "TF32" in notes[0]
+
+
+def test_the_compiler_report_describes_the_kernels_each_case_launches(monkeypatch):
+    """The report compiles each case at the case's own size: the MLP's step 18 runs its TMA
+    kernels at both test cases (ring at 5x5, stages at 100x100), never step 14's fallback, and
+    step 15 its small kernel at 5x5 and its large one at 100x100."""
+    from kernelbook import kernels
+    from kernelbook.evidence import compiler
+    from kernelbook.kernels import FunctionReport
+    from kernelbook.mlp import STUDY
+
+    names = ("tmaRingHalfKernel", "tmaStagesHalfKernel", "fusedTensorCoreHalfKernel", "fusedTensorCore3xFP16Kernel",
+             "fusedTensorCore3xTF32Kernel")
+    built = []
+
+    def fake_compile(source, defines, arch="sm_90"):
+        built.append((source, dict(defines)))
+        return None, [FunctionReport(n, 100 + len(built), 0, 0, 0, 0, 0) for n in names]
+
+    monkeypatch.setattr(kernels, "compile_cubin", fake_compile)
+    monkeypatch.setattr(compiler, "sass_counts", lambda cubin: {})
+    records = compiler.collect(STUDY, "tensor-core-fp16-tma", {})
+    by_case = {case: {r["kernel"] for r in records if r["layer"] == case} for case in STUDY.cases}
+    assert by_case == {"5x5": {"tmaRingHalfKernel"}, "100x100": {"tmaStagesHalfKernel"}}
+    assert all(src.endswith("18_tensor_core_fp16_tma.cu") for src, _ in built)
+    built.clear()
+    final = compiler.collect(STUDY, "final", {})
+    regs = {case: {r["value"] for r in final if r["layer"] == case and r["metric"] == "registers"} for case in STUDY.cases}
+    assert len(built) == 2 and regs["5x5"] != regs["100x100"]     # two builds: the small and the large kernel
+
+
+def test_rows_of_an_older_compiler_report_built_for_another_kernel_are_not_shown():
+    """A recording made before the report compiled each case at its own size carries no
+    ``built_for``; where one item builds other kernels or defines than the case runs (the MLP's
+    step 18 at both cases, step 15 at 100x100), those rows are left out and the caption says why;
+    where the build is the same (step 16), they stay."""
+    from types import SimpleNamespace
+
+    from kernelbook.evidence import compiler
+    from kernelbook.mlp import STUDY
+
+    def chapter(variant):
+        return SimpleNamespace(study=STUDY, variant=variant, case_params=lambda: {}, parameters={})
+
+    old = [{"layer": case, "kernel": "fusedTensorCoreHalfKernel", "metric": "registers", "value": 1.0}
+           for case in STUDY.cases]
+    assert compiler.stale_cases(chapter("tensor-core-fp16-tma"), old) == list(STUDY.cases)
+    assert compiler.launched(chapter("tensor-core-fp16-tma"), old) == []
+    assert compiler.stale_cases(chapter("final"), old) == ["100x100"]
+    assert compiler.stale_cases(chapter("fp32-register-tiled"), old) == []
+    new = [dict(r, built_for=STUDY.size_of(r["layer"], 1), kernel="tmaStagesHalfKernel") for r in old]
+    assert compiler.stale_cases(chapter("tensor-core-fp16-tma"), new) == []

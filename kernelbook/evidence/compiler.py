@@ -49,7 +49,7 @@ def collect(study, variant: str, case_params: dict) -> list[dict]:
     built = {}
     for case in study.cases:
         params = impl.params(**case_params.get(case, {}))
-        problem = study.problem(case, 1)
+        problem = compiled_problem(study, case)
         defines = impl.defines(params, problem)
         source = impl.source_for(params, problem)
         key = (source, tuple(sorted(defines.items())))
@@ -61,7 +61,7 @@ def collect(study, variant: str, case_params: dict) -> list[dict]:
         for fn in report:
             if launched is not None and fn.name not in launched:
                 continue  # compiled into the file for another path, never launched for this case
-            base = {"kernel": fn.name, "source": source}
+            base = {"kernel": fn.name, "source": source, "built_for": study.size_of(case, 1)}
             for metric in ("registers", "shared_bytes", "constant_bytes", "stack_frame_bytes",
                            "spill_store_bytes", "spill_load_bytes"):
                 records.append(results.record(study.name, variant, case, None, metric, getattr(fn, metric), **base))
@@ -92,9 +92,38 @@ def for_chapter(chapter) -> session_mod.Recording:
                                 required=False, compare={})
 
 
+def compiled_problem(study, case: str):
+    """The problem each case is compiled for: the case's own size where the study fixes one (a step
+    may build or launch other kernels at other sizes: the MLP's steps 15 and 18 switch kernels by
+    the number of columns), else one item."""
+    return study.problem(case, study.size_of(case, 1))
+
+
+def _build(impl, params, problem):
+    return impl.source_for(params, problem), impl.defines(params, problem), impl.kernels_for(params, problem)
+
+
+def stale_cases(chapter, records: list[dict]) -> list[str]:
+    """Cases whose recorded rows describe another build than the case runs: recordings made before
+    the report compiled each case at its own size (their rows carry no ``built_for``) were built for
+    a one-item problem, which for some steps is another kernel or other defines."""
+    study, impl = chapter.study, chapter.study.impl(chapter.variant)
+    case_params = chapter.case_params()
+    stale = []
+    for case in dict.fromkeys(r["layer"] for r in records if "built_for" not in r):
+        params = impl.params(**case_params.get(case, {}))
+        try:
+            differs = _build(impl, params, study.problem(case, 1)) != _build(impl, params, compiled_problem(study, case))
+        except Exception:  # noqa: BLE001 - a case one item cannot even describe: its old rows are no evidence
+            differs = True
+        if differs:
+            stale.append(case)
+    return stale
+
+
 def launched(chapter, records: list[dict]) -> list[dict]:
     """Only the kernels the chapter's step launches for each case (a recording made before this
-    filter existed may hold the never-launched stubs of other paths)."""
+    filter existed may hold the never-launched stubs of other paths), and none of a stale case."""
     impl = chapter.study.impl(chapter.variant)
     case_params = chapter.case_params()
     keep = {}
@@ -102,8 +131,10 @@ def launched(chapter, records: list[dict]) -> list[dict]:
     if chapter.study.rows == "cases":  # only the cases the chapter timed
         cases = [c for c in cases if c in (chapter.parameters.get(chapter.study.size_name) or cases)]
         records = [r for r in records if r["layer"] in cases]
+    stale = set(stale_cases(chapter, records))
+    records = [r for r in records if r["layer"] not in stale]
     for case in cases:
-        names = impl.kernels_for(impl.params(**case_params.get(case, {})), chapter.study.problem(case, 1))
+        names = impl.kernels_for(impl.params(**case_params.get(case, {})), compiled_problem(chapter.study, case))
         keep[case] = None if names is None else set(names)
     return [r for r in records if keep.get(r["layer"]) is None or r.get("kernel") in keep[r["layer"]]]
 
@@ -115,8 +146,14 @@ def table(found: session_mod.Recording, chapter=None):
     from ..report import message_table, styled
 
     records = launched(chapter, found.records) if chapter is not None else found.records
+    stale = stale_cases(chapter, found.records) if chapter is not None and found.found else []
+    stale_note = (f" Not shown for {', '.join(stale)}: this run's report compiled {'that case' if len(stale) == 1 else 'those cases'} "
+                  "for a one-item problem, which builds other kernels or defines than the case runs (a defect of the "
+                  "report, fixed after this run; a new recording shows them)." if stale else "")
     frame = pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in records])
     if not found.found or frame.empty:
+        if stale:
+            return message_table("not shown", f"Compiler report of this step.{stale_note} [{found.short_label}]")
         return message_table("no kernels", "No compiler evidence was recorded for this step.")
     wide = frame.pivot_table(index=["kernel", "layer"], columns="metric", values="value", aggfunc="first")
     keep = [c for c in ("registers", "shared_bytes", "spill_store_bytes", "stack_frame_bytes") if c in wide]
@@ -131,4 +168,4 @@ def table(found: session_mod.Recording, chapter=None):
     note = "" if any(c.startswith("sass_") for c in frame["metric"]) else " (no SASS: cuobjdump was not installed where this was recorded)"
     return styled(tall.reset_index(drop=True), f"ptxas report (registers per thread, shared memory and spills in "
                                                f"bytes) and static SASS instruction counts per kernel and case, "
-                                               f"{arch}{note}. [{found.short_label}]")
+                                               f"{arch}{note}.{stale_note} [{found.short_label}]")
