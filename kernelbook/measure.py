@@ -22,7 +22,8 @@ from .errors import ParameterError
 TIMING_WORDS = {
     "cuda-graph": "CUDA-graph replay (one replay per sample, CUDA events around it)",
     "cuda-graph-calls": ("CUDA-graph replays of R back-to-back calls (CUDA events around each replay; a sample is "
-                         "the replay's time / R, R recorded as calls_per_replay)"),
+                         "the replay's time / R, R recorded as calls_per_replay; the replay's own launch latency "
+                         "is in each sample once, shared by its R calls)"),
     "events": "CUDA events around each call",
     "host-bound": "CUDA events around a host-driven loop (launch overhead included)",
     "torch-events": "CUDA events around each PyTorch call",
@@ -68,9 +69,12 @@ class Measured:
 MAX_REPEATS = 10_000
 MAX_WARMUP = 1_000
 
-#: A graph replay holds enough back-to-back calls to last about this long (at most MAX_CALLS
-#: calls): one replay's own launch latency (about 2.6 us on an H100, measured) is then spread
-#: over the calls instead of added to each. A call of 1 ms or more is replayed alone.
+#: R, the calls of one timed replay: REPLAY_TARGET_MS divided by one replay of a single call timed
+#: alone (at most MAX_CALLS). That one replay starts on an idle GPU, so it also holds the replay's
+#: launch latency, and for a microsecond kernel R comes out well below 1 ms / the kernel's time
+#: (the recorded R says what it was). Every timed sample is one replay of R calls and holds that
+#: latency once: spread over R calls instead of added to each, so per-call times at microsecond
+#: sizes lean slightly high, never low. A call of 1 ms or more is replayed alone.
 REPLAY_TARGET_MS = 1.0
 MAX_CALLS = 50
 

@@ -69,7 +69,8 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
                    "% of its floor": f"{floor / mine['value'] * 100:.1f} %" if floor else "–"}
             for v in dict.fromkeys(r["step"] for r in found_vendor.records):
                 ref = find_record([r for r in found_vendor.records if r["step"] == v], study.time_metric, case, size)
-                row[f"vs {v}"] = f"{ref['value'] / mine['value']:.2f}×" if ref else "–"
+                other = found_vendor.found and found_vendor.session.run.run_id != chapter.session.run.run_id
+                row[f"vs {v}"] = f"{ref['value'] / mine['value']:.2f}×{' †' if other else ''}" if ref else "–"
             row["Timed by"] = timed_by(mine)
             row["Unit"] = step_math(chapter, case)
             row["Run"] = chapter.session.run.run_id
@@ -109,7 +110,8 @@ def leaderboard(study):
                        f"{study.title}, {study.case_header.lower()} {case} at size {size}: every step (medians). "
                        f"'% of its floor' uses the ceilings measured in the step's run and the rate of the unit it "
                        f"runs on (see each profiles page); 'vs X' is X's time / the step's (above 1: the step is "
-                       f"faster).{_timing_caption(part)}"))
+                       f"faster; † the library was timed in another run than the step, on the same device "
+                       f"model).{_timing_caption(part)}"))
     from IPython.display import Markdown
 
     return Markdown(f"*Runs read: {', '.join(f'`{r}`' for r in runs)}.*")

@@ -252,8 +252,9 @@ def table(result: SweepResult):
             row[key] = format_ms(r["value"]) if r["value"] == r["value"] and r["value"] is not None else "–"
         rows.append(row)
     what = metric.replace("_ms", "").replace("_", " ")
+    # wrapped: a configuration's label (every parameter it sets) can be longer than the page is wide
     return styled(pd.DataFrame(rows), f"{result.variant}: {what} (median) of every configuration. "
-                                      f"[{result.short_label}]")
+                                      f"[{result.short_label}]", wrap=True)
 
 
 def figure(result: SweepResult):

@@ -482,8 +482,19 @@ def test_tma_step_caches_the_descriptor_and_the_plan(monkeypatch):
         def set(self, host, stream=None):
             assert len(host) == 128
 
+    class Stream:
+        capturing, synced = False, 0
+
+        def is_capturing(self):
+            return self.capturing
+
+        def synchronize(self):
+            self.synced += 1
+
+    stream = Stream()
     monkeypatch.setattr(cp, "empty", lambda n, dtype=None: Buffer())
     monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: 0)
+    monkeypatch.setattr(cp.cuda, "get_current_stream", lambda: stream)
     monkeypatch.setattr(impl, "kernel", lambda name, params, problem: (lambda *a, **k: launched.append((name, a[0]))))
     monkeypatch.setattr(impl, "_plans", {})
     monkeypatch.setattr(impl, "_maps", {})
@@ -500,6 +511,13 @@ def test_tma_step_caches_the_descriptor_and_the_plan(monkeypatch):
     for _ in range(3):
         impl.launch(array(4096), array(8192), w, MlpShape(12800), params)
     assert asked == [(8192, 12800, 256)] and len(launched) == 3 and len(impl._plans) == 1
+    assert stream.synced == 1      # the upload has landed before any stream's kernel reads it
+    stream.capturing = True        # a new x while a graph is being captured: refused, nothing asked
+    with pytest.raises(ShapeError, match="before capturing"):
+        impl.launch(array(4096), array(1 << 20), w, MlpShape(12800), params)
+    impl.launch(array(4096), array(8192), w, MlpShape(12800), params)   # a known x is fine while capturing
+    stream.capturing = False
+    assert len(asked) == 1 and len(launched) == 4
     impl.launch(array(4096), array(16384), w, MlpShape(12800), params)
     impl.launch(array(4096), array(16384), w, MlpShape(12800), impl.params(l2_promotion=128))
     assert asked[1:] == [(16384, 12800, 256), (16384, 12800, 128)]

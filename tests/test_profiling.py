@@ -428,6 +428,12 @@ def test_floor_frame_against_the_floor_and_cudnn(results_root, no_gpu):
     assert row["GFLOP/s"] == "251"
     assert (frame[frame["Step"] == "tiled"]["Time"] == "not recorded yet").all()
     assert set(frame["Step"]) == {"baseline", "tiled", "cudnn", "cudnn-tf32"}
+    # a library timed in another run than the step: the ratio says so
+    other = floor.floor_frame(STUDY, {"baseline": chapter}, CEILINGS, _cudnn_records(), 1000, vendor_run="another")
+    same = floor.floor_frame(STUDY, {"baseline": chapter}, CEILINGS, _cudnn_records(), 1000,
+                             vendor_run=chapter.session.run.run_id)
+    pick = lambda f: f[(f["Layer"] == "C1") & (f["Step"] == "baseline")].iloc[0]["vs cudnn"]  # noqa: E731
+    assert pick(other) == "0.10× †" and pick(same) == "0.10×"
 
 
 def test_ceilings_and_cudnn_replay_when_nothing_is_recorded(results_root, no_gpu):

@@ -104,16 +104,18 @@ def _build(impl, params, problem):
 
 
 def stale_cases(chapter, records: list[dict]) -> list[str]:
-    """Cases whose recorded rows describe another build than the case runs: recordings made before
-    the report compiled each case at its own size (their rows carry no ``built_for``) were built for
-    a one-item problem, which for some steps is another kernel or other defines."""
+    """Cases whose recorded rows describe another build than the case runs now: rows built for
+    another size (``built_for``; recordings made before the report compiled each case at its own size
+    carry none and were built for one item), where that size builds another kernel or other defines."""
     study, impl = chapter.study, chapter.study.impl(chapter.variant)
     case_params = chapter.case_params()
     stale = []
-    for case in dict.fromkeys(r["layer"] for r in records if "built_for" not in r):
+    built = {r["layer"]: r.get("built_for") for r in records if r.get("built_for") != study.size_of(r["layer"], 1)}
+    for case, size in built.items():
         params = impl.params(**case_params.get(case, {}))
         try:
-            differs = _build(impl, params, study.problem(case, 1)) != _build(impl, params, compiled_problem(study, case))
+            then = study.problem(case, size if size is not None else 1)
+            differs = _build(impl, params, then) != _build(impl, params, compiled_problem(study, case))
         except Exception:  # noqa: BLE001 - a case one item cannot even describe: its old rows are no evidence
             differs = True
         if differs:
@@ -149,7 +151,7 @@ def table(found: session_mod.Recording, chapter=None):
     stale = stale_cases(chapter, found.records) if chapter is not None and found.found else []
     stale_note = (f" Not shown for {', '.join(stale)}: this run's report compiled {'that case' if len(stale) == 1 else 'those cases'} "
                   "for a one-item problem, which builds other kernels or defines than the case runs (a defect of the "
-                  "report, fixed after this run; a new recording shows them)." if stale else "")
+                  "report, fixed after this run; a later recording will show them)." if stale else "")
     frame = pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in records])
     if not found.found or frame.empty:
         if stale:

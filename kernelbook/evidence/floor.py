@@ -46,11 +46,23 @@ def step_math(chapter, case: str) -> str:
     return impl.math_for(impl.params(**chapter.case_params().get(case, {})), chapter.study.problem(case, 1))
 
 
-def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], size: int | None):
+def _own_ceilings(chapter, default):
+    """The ceilings recorded in the chapter's own run (what the summary judges it by), else ``default``."""
+    run_id = chapter.session.run.run_id if chapter is not None and chapter.session is not None else None
+    if run_id is None:
+        return default
+    own = ceilings_for(run_id)
+    return own if own.recording.found and own.session.run.run_id == run_id else default
+
+
+def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], size: int | None,
+                vendor_run: str | None = None):
     """Every step's time at ``size`` per case: rate, floor, % of floor, ratio to each vendor variant.
 
     ``chapters`` maps a step to its Chapter (or None: shown as not recorded). ``size`` None: each
-    case at its own size (studies whose cases fix their size, like the MLP's test cases).
+    case at its own size (studies whose cases fix their size, like the MLP's test cases). A step's
+    floor comes from the ceilings of its own run when that run holds them (else ``ceilings``); a
+    ratio to the library from another run than ``vendor_run`` is marked with a dagger.
     """
     at = ANY_BATCH if size is None else size
     import pandas as pd
@@ -66,11 +78,13 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
         if not any(record_value(records, metric, case, at) is not None for _, records, _, _ in entries if records):
             continue  # nothing was timed for this case: no rows of dashes
         problem = study.problem(case, None if size is None else size)
-        fp32_floor = floor_ms(problem, ceilings)
         for variant, records, where, chapter in entries:
             op = record_value(records, metric, case, at) if records is not None else None
             math = step_math(chapter, case) if chapter is not None else vendor_math(variant)
-            floor = floor_ms(problem, ceilings, math)
+            own = _own_ceilings(chapter, ceilings)
+            floor = floor_ms(problem, own, math)
+            other_run = (vendor_run is not None and chapter is not None and chapter.session is not None
+                         and chapter.session.run.run_id != vendor_run)
             failed = chapter is not None and not chapter.correct
             # The comparison first (time, % of floor, against the library), the inputs to it after.
             row = {study.case_header: case, "Step": variant,
@@ -79,10 +93,11 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
                    "% of its floor": f"{floor / op * 100:.1f} %" if op and floor else "–"}
             for v in vendors:
                 theirs = record_value([r for r in vendor_records if r["step"] == v], metric, case, at)
-                row[f"vs {v}"] = f"{theirs / op:.2f}×" if op and theirs else "–"
+                row[f"vs {v}"] = f"{theirs / op:.2f}×{' †' if other_run else ''}" if op and theirs else "–"
             row.update({"Unit": math, study.rate_unit: f"{problem.flops / (op / 1e3) / 1e9:,.0f}" if op else "–",
                         "Floor of its unit": format_ms(floor) if floor else "–",
-                        "FP32 floor": format_ms(fp32_floor) if fp32_floor else "–", "Recorded": where})
+                        "FP32 floor": format_ms(floor_ms(problem, own)) if floor_ms(problem, own) else "–",
+                        "Recorded": where})
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -95,12 +110,15 @@ def floor_table(study, size: int | None, steps: Iterable[str] | None = None, fou
     chapters = {s: load_recorded(study, s, prefer_run=prefer_run) for s in steps}
     found_ceilings = found_ceilings or ceilings_for(prefer_run)
     found_vendor = found_vendor or vendor_recording(study, "replay", prefer_run=prefer_run)
-    frame = floor_frame(study, chapters, found_ceilings, found_vendor.records, size)
+    vendor_run = found_vendor.session.run.run_id if getattr(found_vendor, "session", None) is not None else None
+    frame = floor_frame(study, chapters, found_ceilings, found_vendor.records, size, vendor_run=vendor_run)
     where = f"at {study.size_header.lower()} {size}" if size is not None else "per case"
     caption = (f"Time {where} against the floor (the larger of fewest bytes / copy bandwidth and FLOPs / the "
                f"measured rate of the unit the step runs on: FP32 or __half2 CUDA cores, TF32 or FP16 tensor cores, "
                f"a third of that for 3xTF32 and 3xFP16; % = floor / time; a step that does fewer products than "
                f"counted, like Winograd, can pass 100 %) and the vendor library (its time / "
-               f"the step's; above 1 is faster). [ceilings: {found_ceilings.short_label}] "
+               f"the step's; above 1 is faster; † the step and the library come from different runs). "
+               f"Each step's floor uses the ceilings of its own run where that run holds them, else these: "
+               f"[ceilings: {found_ceilings.short_label}] "
                f"[vendor: {found_vendor.short_label}] Steps: each from its newest recording (column Recorded).")
     return styled(frame, caption)

@@ -27,7 +27,7 @@ STEPS = StepList("mlp", [
     Step(13, "tensor-core-3xtf32", "13_tensor_core_3xtf32", "Fully fused on tensor cores, FP32-accurate (3xTF32)",
          t.TensorCore3xTF32),
     Step(14, "tensor-core-fp16", "14_tensor_core_fp16", "Fully fused on tensor cores in FP16", t.TensorCoreHalf),
-    Step(15, "final", "15_final", "3xFP16: FP32-accurate inside half's range, the fastest per test case", t.Final,
+    Step(15, "final", "15_final", "3xFP16: FP32-accurate inside half's range, a kernel per test case", t.Final,
          builds_on="tensor-core-3xtf32"),
     Step(16, "fp32-register-tiled", "16_fp32_register_tiled", "FP32 on CUDA cores, register-tiled and fused",
          i.RegisterTiled, builds_on="whole-net-registers"),

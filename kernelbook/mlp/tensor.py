@@ -9,7 +9,7 @@ import contextlib
 import numpy as np
 
 from .. import kernels, limits, tma
-from ..errors import ParameterError
+from ..errors import ParameterError, ShapeError
 from ..steps import Launch, set_once
 from . import pack
 from .impls import DeclaredMlp, MlpImpl, _int_param, per_shape, sm_count
@@ -211,7 +211,6 @@ class FinalFullRange(MlpImpl):
 
 
 class TensorCoreHalfTma(MlpImpl):
-    math = "fp16"
     """Step 18: step 14's FP16 network with x brought into shared memory by the TMA. Up to
     ``switch_columns`` columns the per-warp ring kernel (``ring_*``: warps per block, slots per
     warp, blocks per SM, also its ``__launch_bounds__`` minimum), above it the block-level stages
@@ -231,6 +230,8 @@ class TensorCoreHalfTma(MlpImpl):
     address, N, promotion) and is kept in device memory; the launch plan (kernel, grid, block,
     shared memory) once per (N, parameters): a repeated call costs two dictionary look-ups and
     the launch."""
+
+    math = "fp16"
 
     kernel_names = ("tmaRingHalfKernel", "tmaStagesHalfKernel")
     defaults = {"ring_warps": 4, "ring_slots": 2, "ring_blocks_per_sm": 2,
@@ -350,11 +351,18 @@ class TensorCoreHalfTma(MlpImpl):
         key = (cp.cuda.runtime.getDevice(), x.data.ptr, n, promotion)
         found = self._maps.get(key)
         if found is None:
+            on = stream or cp.cuda.get_current_stream()
+            if on.is_capturing():
+                # the upload would become a graph node reading a host buffer that is gone by replay
+                raise ShapeError("A call with an x this step has not seen yet is being captured into a CUDA graph: "
+                                 "its TMA descriptor must be uploaded first.",
+                                 "call the step once with this x (same array, same N) before capturing.")
             raw = x_descriptor(x.data.ptr, n, promotion)
             found = cp.empty(len(raw), dtype=cp.uint8)
-            found.set(np.frombuffer(raw, dtype=np.uint8), stream=stream)
-            if len(self._maps) > 256:
-                self._maps.clear()
+            found.set(np.frombuffer(raw, dtype=np.uint8), stream=on)
+            on.synchronize()   # landed before any stream's kernel reads it
+            # Kept for the life of the step object, never freed: a captured graph may hold its address
+            # (128 bytes of device memory per distinct x address and N).
             self._maps[key] = found
         return found
 
