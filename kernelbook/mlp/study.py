@@ -107,10 +107,10 @@ class MlpStudy(Study):
              "steps": ["tensor-core-3xtf32", "final-full-range"], "vendor": "torch-fp32"},
             {"what": "100x100, FP16 within the 0.15 threshold", "case": "100x100", "limit_ms": 0.21, "steps": half,
              "vendor": "torch-fp16"},
-            {"what": "5x5, per inference (per call in a CUDA graph of back-to-back calls)", "case": "5x5",
+            {"what": "5x5, per call in a graph of back-to-back calls", "case": "5x5",
              "limit_ms": 0.006,
              "steps": self.steps.slugs(), "vendor": None},
-            {"what": "5x5, per inference, FP32-accurate over float's range (per call, as above)", "case": "5x5",
+            {"what": "5x5, per call, FP32-accurate over float's range", "case": "5x5",
              "limit_ms": 0.006,
              "steps": ["tensor-core-3xtf32", "final-full-range"], "vendor": None},
         ]
