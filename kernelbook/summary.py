@@ -47,7 +47,7 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
     chapters = {s: load_recorded(study, s) for s in study.steps.slugs()}
     found_vendor = vendor(study, "replay")
     base = chapters.get(study.steps.baseline.slug)
-    rows, runs = [], set()
+    rows, runs, ceilings = [], set(), {}
     for case in study.cases:
         size = headline_size(study, case, chapters)
         if size is None:
@@ -61,8 +61,10 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
             if mine is None:
                 continue
             theirs = find_record(base.records, study.time_metric, case, size) if base is not None else None
-            ceilings = ceilings_for(chapter.session.run.run_id)
-            floor = floor_ms(problem, ceilings, step_math(chapter, case))
+            run_id = chapter.session.run.run_id
+            if run_id not in ceilings:   # one read per run, not per step and case
+                ceilings[run_id] = ceilings_for(run_id)
+            floor = floor_ms(problem, ceilings[run_id], step_math(chapter, case))
             row = {"Step": f"{chapter.step.number:02d} {slug}", study.case_header: case, "Size": f"{size:,}",
                    "Time": format_ms(mine["value"]),
                    "Speed-up vs baseline": f"{theirs['value'] / mine['value']:.1f}×" if theirs else "–",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import kernels, results
+from .. import gpu, kernels, results
 from .. import session as session_mod
 from .tools import NOT_RECORDED
 
@@ -59,8 +59,7 @@ def measure_ceilings(repeats: int = 10, warmup: int = 2, copy_bytes: int = 2**30
     records.append(_read_ceiling(src, copy_bytes, repeats, warmup))
     del src
 
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    blocks, threads = int(props["multiProcessorCount"]) * 8, 256
+    blocks, threads = gpu.multiprocessors() * 8, 256
     kernel = kernels.get_kernel(FMA_SOURCE, "fp32_fma_peak", {"FMA_CHAINS": FMA_CHAINS})
     out = cp.empty(blocks * threads, dtype=cp.float32)
     args = (out, cp.int32(fma_iters), cp.float32(0.999), cp.float32(0.001))
@@ -107,8 +106,7 @@ def _read_ceiling(buffer, nbytes: int, repeats: int, warmup: int) -> dict:
 
     from ..measure import time_gpu
 
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    blocks, threads = int(props["multiProcessorCount"]) * 8, 256
+    blocks, threads = gpu.multiprocessors() * 8, 256
     kernel = kernels.get_kernel(READ_SOURCE, "read_stream", {})
     out = cp.empty(blocks * threads, dtype=cp.float32)
     args = (buffer, cp.int64(nbytes // 16), out)

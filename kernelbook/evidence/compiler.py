@@ -123,9 +123,10 @@ def stale_cases(chapter, records: list[dict]) -> list[str]:
     return stale
 
 
-def launched(chapter, records: list[dict]) -> list[dict]:
+def launched(chapter, records: list[dict], stale: list[str] | None = None) -> list[dict]:
     """Only the kernels the chapter's step launches for each case (a recording made before this
-    filter existed may hold the never-launched stubs of other paths), and none of a stale case."""
+    filter existed may hold the never-launched stubs of other paths), and none of a stale case
+    (``stale``: ``stale_cases`` of these records, when the caller has it already)."""
     impl = chapter.study.impl(chapter.variant)
     case_params = chapter.case_params()
     keep = {}
@@ -133,7 +134,7 @@ def launched(chapter, records: list[dict]) -> list[dict]:
     if chapter.study.rows == "cases":  # only the cases the chapter timed
         cases = [c for c in cases if c in (chapter.parameters.get(chapter.study.size_name) or cases)]
         records = [r for r in records if r["layer"] in cases]
-    stale = set(stale_cases(chapter, records))
+    stale = set(stale_cases(chapter, records) if stale is None else stale)
     records = [r for r in records if r["layer"] not in stale]
     for case in cases:
         names = impl.kernels_for(impl.params(**case_params.get(case, {})), compiled_problem(chapter.study, case))
@@ -147,10 +148,10 @@ def table(found: session_mod.Recording, chapter=None):
 
     from ..report import message_table, styled
 
-    records = launched(chapter, found.records) if chapter is not None else found.records
     stale = stale_cases(chapter, found.records) if chapter is not None and found.found else []
+    records = launched(chapter, found.records, stale) if chapter is not None else found.records
     stale_note = (f" Not shown for {', '.join(stale)}: this run's report compiled {'that case' if len(stale) == 1 else 'those cases'} "
-                  "for a one-item problem, which builds other kernels or defines than the case runs (a defect of the "
+                  "for another size than the case runs, which builds other kernels or defines (a defect of the "
                   "report, fixed after this run; a later recording will show them)." if stale else "")
     frame = pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in records])
     if not found.found or frame.empty:

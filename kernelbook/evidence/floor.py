@@ -73,6 +73,7 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
                 ch.recording.short_label if ch is not None else NOT_RECORDED, ch) for v, ch in chapters.items()]
     for v in vendors:
         entries.append((v, [r for r in vendor_records if r["step"] == v], "vendor library", None))
+    owns = {variant: _own_ceilings(chapter, ceilings) for variant, _, _, chapter in entries}   # read once per run
     rows = []
     for case in study.cases:
         if not any(record_value(records, metric, case, at) is not None for _, records, _, _ in entries if records):
@@ -81,8 +82,9 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
         for variant, records, where, chapter in entries:
             op = record_value(records, metric, case, at) if records is not None else None
             math = step_math(chapter, case) if chapter is not None else vendor_math(variant)
-            own = _own_ceilings(chapter, ceilings)
+            own = owns[variant]
             floor = floor_ms(problem, own, math)
+            fp32_floor = floor_ms(problem, own)
             other_run = (vendor_run is not None and chapter is not None and chapter.session is not None
                          and chapter.session.run.run_id != vendor_run)
             failed = chapter is not None and not chapter.correct
@@ -96,7 +98,7 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
                 row[f"vs {v}"] = f"{theirs / op:.2f}×{' †' if other_run else ''}" if op and theirs else "–"
             row.update({"Unit": math, study.rate_unit: f"{problem.flops / (op / 1e3) / 1e9:,.0f}" if op else "–",
                         "Floor of its unit": format_ms(floor) if floor else "–",
-                        "FP32 floor": format_ms(floor_ms(problem, own)) if floor_ms(problem, own) else "–",
+                        "FP32 floor": format_ms(fp32_floor) if fp32_floor else "–",
                         "Recorded": where})
             rows.append(row)
     return pd.DataFrame(rows)
