@@ -80,8 +80,15 @@ def get_module(relpath: str, defines: Mapping[str, object] | None = None, arch: 
 
 def get_kernel(relpath: str, name: str, defines: Mapping[str, object] | None = None, arch: str | None = None):
     """A compiled ``cupy.RawKernel`` for ``name`` in ``kernels/<relpath>`` with ``defines`` (for
-    ``arch``, e.g. ``sm_90a``, when the kernel needs an architecture-specific target)."""
-    return get_module(relpath, defines, arch).get_function(name)
+    ``arch``, e.g. ``sm_90a``, when the kernel needs an architecture-specific target): the same
+    object for the same arguments, so that a function attribute set once (``steps.set_once``)
+    is known to be set (``RawModule.get_function`` builds a new object on every call)."""
+    return _kernel(relpath, name, define_options(defines or {}), arch)
+
+
+@functools.lru_cache(maxsize=1024)
+def _kernel(relpath: str, name: str, options: tuple[str, ...], arch: str | None):
+    return _module(relpath, options, arch).get_function(name)
 
 
 # ----------------------------------------------------------------------------- nvcc reports

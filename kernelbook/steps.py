@@ -84,6 +84,15 @@ def set_once(kernel, attribute: str, value) -> None:
         _SET[key] = (kernel, value)   # (the kernel is kept, so its id is not reused)
 
 
+def opt_in(kernel, launch: "Launch") -> None:
+    """A kernel whose static plus dynamic shared memory passes the default 48 KB must opt in to its
+    dynamic part before it launches (once per kernel and size: ``set_once``)."""
+    from .limits import H100
+
+    if launch.dynamic_smem and launch.dynamic_smem + launch.static_smem > H100.static_smem_per_block:
+        set_once(kernel, "max_dynamic_shared_size_bytes", launch.dynamic_smem)
+
+
 class StepImpl:
     """Base of every step's implementation. Subclasses set the class attributes and ``launch``."""
 
@@ -167,12 +176,9 @@ class StepImpl:
         declared = self.launches(problem, params)
         if declared is None:
             raise NotImplementedError(f"step {self.slug!r} declares no launches and has no launch()")
-        from .limits import H100
-
         for launch in declared:
             kernel = self.kernel(launch.kernel, params, problem)
-            if launch.dynamic_smem > H100.static_smem_per_block:  # beyond the default a kernel must opt in
-                set_once(kernel, "max_dynamic_shared_size_bytes", launch.dynamic_smem)
+            opt_in(kernel, launch)
             kernel(launch.grid, launch.block, self.launch_args(launch, y, tuple(operands), problem, params),
                    shared_mem=launch.dynamic_smem, stream=stream)
 

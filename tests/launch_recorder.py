@@ -434,12 +434,12 @@ class FakeArray(Named):
         self.log.append({"copy": f"{src.name}->{self.name}", "bytes": int(nbytes), **_on(stream)})
 
 
-#: The VGG Hopper steps: their own nvcc module, workspaces, TMA descriptors and weight packs.
+#: The VGG Hopper steps: their sm_90a build, workspaces, TMA descriptors and weight packs.
 VGG_HOPPER = {("vgg", s) for s in ("hopper-tf32", "hopper-fp16", "hopper-3xtf32", "hopper-split")}
 
 
 def _patch_vgg_hopper(log, monkeypatch, compiled, shape):
-    """Their module (nvcc for sm_90a), CuPy's allocations and the driver's TMA descriptors become
+    """Their kernels (the core's nvcc build for sm_90a), CuPy's allocations and the driver's TMA descriptors become
     named fakes; the device is a fresh fake sm_90 one (``fake_device``)."""
     import cupy as cp
 
@@ -458,8 +458,7 @@ def _patch_vgg_hopper(log, monkeypatch, compiled, shape):
     count = iter(range(10 ** 6))
     monkeypatch.setattr(cp.cuda, "Device", Device)
     monkeypatch.setattr(gpu, "available", lambda: True)
-    monkeypatch.setattr(hopper, "_module", lambda source, defines: FakeModule(log, compiled, f"{source}@sm_90a",
-                                                                              dict(defines)))
+    _patch_compiler(log, monkeypatch, compiled)   # the core's sm_90a build, as a logged fake
     monkeypatch.setattr(hopper, "tensor_map", lambda address, dtype, dims, strides, box:
                         f"tmap({address},{dtype},{dims},{strides},{box})".encode())
     monkeypatch.setattr(cp, "empty", lambda n, dtype=None: FakeArray(f"alloc{next(count)}:{n}:{cp.dtype(dtype).name}", log))

@@ -77,3 +77,37 @@ def test_baseline_refuses_out_of_limit_shapes_with_the_limit_named():
         impl.validate(ConvShape(B=60000, M=16, C=4, H=200, W=200, K=3), impl.params())
     with pytest.raises(ParameterError, match="between 1 and 32"):
         impl.validate(layer_shape("C1", 1), impl.params(tile_width=64))
+
+
+def test_a_kernel_is_the_same_object_for_the_same_build(monkeypatch):
+    """``get_kernel`` hands out one object per (file, name, defines, arch), so that an attribute set
+    once on it (``steps.set_once``: the shared-memory opt-in, the carveout) is known to be set and a
+    launch path does not ask the driver again on every call."""
+    import types
+
+    from kernelbook import kernels
+
+    monkeypatch.setattr(kernels, "_module", lambda relpath, options, arch=None: types.SimpleNamespace(
+        get_function=lambda name: object()))   # like CuPy: a new object on every get_function
+    kernels._kernel.cache_clear()
+    try:
+        a = kernels.get_kernel("mlp/14_tensor_core_fp16.cu", "k", {"WARPS": 4})
+        assert kernels.get_kernel("mlp/14_tensor_core_fp16.cu", "k", {"WARPS": 4}) is a
+        assert kernels.get_kernel("mlp/14_tensor_core_fp16.cu", "k", {"WARPS": 8}) is not a
+        assert kernels.get_kernel("mlp/14_tensor_core_fp16.cu", "k", {"WARPS": 4}, arch="sm_90a") is not a
+    finally:
+        kernels._kernel.cache_clear()
+
+
+def test_a_launch_opts_in_when_static_and_dynamic_shared_memory_pass_48_kb():
+    from kernelbook.steps import Launch, opt_in
+
+    class Kernel:
+        max_dynamic_shared_size_bytes = 0
+
+    k = Kernel()
+    opt_in(k, Launch("k", (1, 1, 1), (32, 1, 1), dynamic_smem=20_000, static_smem=30_000))
+    assert k.max_dynamic_shared_size_bytes == 20_000      # 50,000 bytes in all: past the default
+    k2 = Kernel()
+    opt_in(k2, Launch("k", (1, 1, 1), (32, 1, 1), dynamic_smem=20_000, static_smem=20_000))
+    assert k2.max_dynamic_shared_size_bytes == 0          # 40,000: within it, nothing asked

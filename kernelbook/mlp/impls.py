@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import kernels, limits
 from ..errors import ParameterError
-from ..steps import Launch, StepImpl, set_once
+from ..steps import Launch, StepImpl, opt_in, set_once
 from . import pack
 from .reference import HALF_THRESHOLD
 
@@ -62,6 +62,11 @@ def _int_param(params: dict, name: str, allowed, fix: str) -> int:
     return int(value)
 
 
+def shape_key(shape, params) -> tuple:
+    """What a persistent MLP launch depends on: N, the parameters and the GPU's SM count."""
+    return shape.N, tuple(params.items()), sm_count()
+
+
 def per_shape(launches):
     """A step's ``launches`` worked out once per (N, parameters, SM count): the persistent grid
     depends on nothing else (``sm_count`` is asked of the driver once per device), so a repeated
@@ -69,7 +74,7 @@ def per_shape(launches):
     @functools.wraps(launches)
     def cached(self, shape, params):
         try:
-            key = (shape.N, tuple(params.items()), sm_count())
+            key = shape_key(shape, params)
             found = self._launch_cache.get(key)
         except AttributeError:
             self._launch_cache = {}
@@ -116,6 +121,21 @@ class MlpImpl(StepImpl):
     def _pack(self, host_weights) -> dict:
         out = type(self).packing(host_weights)
         return out if isinstance(out, dict) else {"packed": out}
+
+    def planned(self, shape, params) -> tuple:
+        """``(kernel, launch)`` of a one-launch step, compiled and opted in once per ``shape_key``:
+        what a hand-tuned ``launch`` calls, so that a repeated call costs one look-up."""
+        key = shape_key(shape, params)
+        plans = self.__dict__.setdefault("_plans", {})
+        found = plans.get(key)
+        if found is None:
+            (launch,) = self.launches(shape, params)
+            fn = self.kernel(launch.kernel, params, shape)
+            opt_in(fn, launch)
+            if len(plans) > 256:
+                plans.clear()
+            found = plans[key] = (fn, launch)
+        return found
 
     # ------------------------------------------------------------------ building
     def module_source(self, params, shape) -> str:

@@ -124,11 +124,7 @@ class Final(TensorCore3xTF32):
         return (x, w.extra["packed" if launch.kernel == self.kernel_names[0] else "split"], y, np.int32(shape.N))
 
 
-_KERNELS: dict = {}   # (kernel, warps, m_tiles, blocks_per_sm) -> compiled kernel, opted in to its shared memory
-
-
 class FinalFullRange(MlpImpl):
-    math = "3xfp16"
     """Step 17: step 15's 3xFP16 arithmetic with per-column power-of-two scaling chosen from the
     data (per layer for the weights), detection of what the scaling cannot represent, and step
     13's 3xTF32 arithmetic for those tiles: FP32-accurate over float's whole range. Each warp
@@ -139,6 +135,8 @@ class FinalFullRange(MlpImpl):
     128 (a few spill), so 16 warps share an SM; that measured fastest at 2,097,152 columns
     (data/bench/mlp/NOTES.md, attempts 6-7)."""
 
+    math = "3xfp16"
+
     kernel_names = ("fullRange3xFP16Kernel",)
     defaults = {"warps": 8, "m_tiles": 1, "blocks_per_sm": 2}
     packing = staticmethod(pack.full_range)
@@ -148,10 +146,6 @@ class FinalFullRange(MlpImpl):
     # tile. Measured faster than the spill-free 1 block/SM (228 registers); the compile test allows it.
     spill_store_bytes_allowed = 64
     STAGE_BYTES = 80 * 20 * 4   # XS_ROWS * XS_STRIDE floats per m-tile (kernels/mlp/17_final_full_range.cu)
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._plans: dict = {}
 
     def defines(self, params, shape):
         return {"WARPS": params["warps"], "M_TILES": params["m_tiles"], "MIN_BLOCKS": params["blocks_per_sm"]}
@@ -179,30 +173,11 @@ class FinalFullRange(MlpImpl):
         self.check_params(params)
         self.check_launches(shape, params)
 
-    def kernel(self, name, params, problem):
-        key = (name, params["warps"], params["m_tiles"], params["blocks_per_sm"])
-        fn = _KERNELS.get(key)
-        if fn is None:
-            fn = kernels.get_kernel(self.source, name, self.defines(params, problem))
-            need = params["warps"] * params["m_tiles"] * self.STAGE_BYTES
-            if need + self.static_smem > limits.H100.static_smem_per_block:
-                fn.max_dynamic_shared_size_bytes = need   # static + dynamic above 48 KB: opt in, once
-            _KERNELS[key] = fn
-        return fn
-
     def launch(self, y, x, weights, shape, params, stream=None):
-        w = self.prepare_weights(weights)
-        key = (shape.N, params["warps"], params["m_tiles"], params["blocks_per_sm"])
-        plan = self._plans.get(key)
-        if plan is None:   # the launch shape and kernel depend on these four numbers only
-            (launch,) = self.launches(shape, params)
-            plan = (self.kernel(launch.kernel, params, shape), launch.grid, launch.block, launch.dynamic_smem)
-            if len(self._plans) > 64:
-                self._plans.clear()
-            self._plans[key] = plan
-        fn, grid, block, smem = plan
+        fn, launch = self.planned(shape, params)   # compiled and opted in once per N and parameters
         with (stream if stream is not None else contextlib.nullcontext()):
-            fn(grid, block, (x, w.extra["split"], w.extra["packed"], y, np.int32(shape.N)), shared_mem=smem)
+            fn(launch.grid, launch.block, self.launch_args(launch, y, (x, weights), shape, params),
+               shared_mem=launch.dynamic_smem)
         return y
 
     def exact_only(self, prepared) -> bool:
@@ -325,22 +300,7 @@ class TensorCoreHalfTma(MlpImpl):
         runs it), outside timings."""
         self.fallback().prepare(self.fallback_params(), problem)
         if self.uses_tma(problem):
-            self.plan(problem, params)
-
-    def plan(self, shape, params) -> tuple:
-        """(kernel, grid, block, dynamic shared memory), once per (N, parameters, SM count)."""
-        key = (shape.N, tuple(params.items()), sm_count())
-        found = self._plans.get(key)
-        if found is None:
-            (launch,) = self.launches(shape, params)
-            fn = self.kernel(launch.kernel, params, shape)
-            if launch.dynamic_smem + launch.static_smem > limits.H100.static_smem_per_block:
-                set_once(fn, "max_dynamic_shared_size_bytes", launch.dynamic_smem)   # the opt-in past 48 KB
-            found = (fn, launch.grid, launch.block, launch.dynamic_smem)
-            if len(self._plans) > 256:
-                self._plans.clear()
-            self._plans[key] = found
-        return found
+            self.planned(problem, params)
 
     def x_map(self, x, n: int, promotion: int, stream=None):
         """x's TMA descriptor in device memory: from the driver once per (device, address, N,
@@ -371,9 +331,10 @@ class TensorCoreHalfTma(MlpImpl):
         w = self.prepare_weights(weights)
         if shape.N % 4 or x.data.ptr % 16 or y.data.ptr % 16:
             return self.fallback().launch(y, x, w, shape, self.fallback_params(), stream=stream)
-        fn, grid, block, smem = self.plan(shape, params)
-        xmap = self.x_map(x, shape.N, params["l2_promotion"], stream)
-        fn(grid, block, (xmap, w.extra["packed"], y, np.int32(shape.N)), shared_mem=smem, stream=stream)
+        fn, launch = self.planned(shape, params)
+        self.x_map(x, shape.N, params["l2_promotion"], stream)   # a new x's descriptor lands on this stream
+        fn(launch.grid, launch.block, self.launch_args(launch, y, (x, w), shape, params),
+           shared_mem=launch.dynamic_smem, stream=stream)
         return y
 
     def launch_args(self, launch, y, operands, shape, params):

@@ -31,10 +31,9 @@ loaded as a cubin; the TMA descriptors come from the driver's ``cuTensorMapEncod
 
 from __future__ import annotations
 
-import functools
 from collections import OrderedDict
 
-from .. import kernels, limits, tma
+from .. import limits, tma
 from ..errors import ParameterError, ShapeError
 from ..limits import ceil_div
 from ..steps import set_once
@@ -61,15 +60,6 @@ def tensor_map(address: int, dtype: int, dims: list[int], strides: list[int], bo
     """The core's descriptor (``kernelbook.tma``) with 256-byte L2 promotion; a refused tensor is
     a batch too large for one call."""
     return tma.tensor_map(address, dtype, dims, strides, box, l2_promotion=256, fix="split the batch into smaller calls.")
-
-
-@functools.lru_cache(maxsize=64)
-def _module(source: str, defines: tuple):
-    """nvcc -> sm_90a cubin, loaded once per process and (file, defines)."""
-    import cupy as cp
-
-    cubin, _ = kernels.compile_cubin(source, dict(defines), arch=ARCH)
-    return cp.RawModule(path=str(cubin))
 
 
 class HopperStep(VggStep):
@@ -107,9 +97,6 @@ class HopperStep(VggStep):
         if self.bf16(params):
             d["HOPPER_BF16"] = 1
         return d
-
-    def kernel(self, name, params, problem):
-        return _module(self.source, tuple(sorted(self.defines(params, problem).items()))).get_function(name)
 
     # ------------------------------------------------------------------ geometry and limits
     def padded_channels(self, shape: ConvPoolShape) -> int:
