@@ -94,8 +94,8 @@ class Chapter(StepRecording):
                 one = launched = None
             if one is not None and one != launched:
                 changed = sorted(k2 for k2 in set(one) | set(launched) if one.get(k2) != launched.get(k2))
-                compiled = self.study.size_of(case, 1)
-                what = "one item" if compiled == 1 else f"size {compiled:,}"
+                built_for = self.study.size_of(case, 1)
+                what = "one item" if built_for == 1 else f"size {built_for:,}"
                 why = (f"the build depends on the size: the compiler table's build ({what}) and the profiled "
                        f"launch's (size {size:,}) differ in {', '.join(f'`{c}`' for c in changed)}, so they are two "
                        "builds of one kernel")

@@ -123,7 +123,7 @@ def time_gpu(fn: Callable[[], object], repeats: int = 10, warmup: int = 2, strea
             calls = calls_per_replay(_one_replay_ms(*captured))
             if calls > 1:
                 captured = _capture(fn, 0, calls) or captured
-                calls = calls if captured[2] == calls else 1
+                calls = captured[2]   # 1 when the larger graph could not be captured
             measured = time_gpu(captured[0], repeats, 1, stream=captured[1])
             measured.samples = [s / calls for s in measured.samples]
             measured.extra.update(timing="cuda-graph-calls", calls_per_replay=calls,

@@ -353,7 +353,6 @@ SOURCE_METADATA = "kernelbook_source"
 def show_source(relpath: str, start: str | None = None):
     """The kernel source from ``kernels/`` (never pasted into a notebook) in its own block, labelled
     with its file and closed until the reader opens it; the output carries the file's sha256."""
-    import hashlib
 
     path = paths.kernels_dir() / relpath
     if not path.is_file():

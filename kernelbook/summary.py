@@ -15,9 +15,8 @@ from .stepdata import load_recorded
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
 from .evidence.vendor import vendor
+from .plots import PALETTE  # one palette for every figure
 from .report import ANY_BATCH, find_record, format_ms, styled
-
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 
 
 def headline_size(study, case: str, chapters: dict) -> int | None:
@@ -74,6 +73,7 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
                 other = found_vendor.found and found_vendor.session.run.run_id != chapter.session.run.run_id
                 row[f"vs {v}"] = f"{ref['value'] / mine['value']:.2f}×{' †' if other else ''}" if ref else "–"
             row["Timed by"] = timed_by(mine)
+            row["timing"] = mine.get("timing")   # the method's key, for the caption (not shown)
             row["Unit"] = step_math(chapter, case)
             row["Run"] = chapter.session.run.run_id
             rows.append(row)
@@ -82,11 +82,11 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
     return pd.DataFrame(rows), sorted(runs)
 
 
-def _timing_caption(frame: pd.DataFrame) -> str:
+def _timing_caption(kinds) -> str:
+    """The caption's words for the timing methods ``kinds`` (keys of ``TIMING_WORDS``) in one table."""
     from .measure import TIMING_WORDS
 
-    cells = set(frame["Timed by"]) if "Timed by" in frame else set()
-    used = [k for k, short in TIMING_SHORT.items() if any(c == short or c.startswith(short + " (R = ") for c in cells)]
+    used = [k for k in TIMING_SHORT if k in set(kinds)]
     mixed = len(used) > 1
     both_graphs = "cuda-graph" in used and "cuda-graph-calls" in used
     return ((f" {len(used)} timing methods meet in this table" if mixed else " Timed by") + ": "
@@ -108,12 +108,12 @@ def leaderboard(study):
         return styled(pd.DataFrame({"": ["No step of this study is recorded yet."]}), study.title)
     for case, part in frame.groupby(study.case_header, sort=False):
         size = part["Size"].iloc[0]
-        display(styled(part.drop(columns=[study.case_header, "Size"]),
+        display(styled(part.drop(columns=[study.case_header, "Size", "timing"]),
                        f"{study.title}, {study.case_header.lower()} {case} at size {size}: every step (medians). "
                        f"'% of its floor' uses the ceilings measured in the step's run and the rate of the unit it "
                        f"runs on (see each profiles page); 'vs X' is X's time / the step's (above 1: the step is "
                        f"faster; † the library was timed in another run than the step, on the same device "
-                       f"model).{_timing_caption(part)}"))
+                       f"model).{_timing_caption(part['timing'])}"))
     from IPython.display import Markdown
 
     return Markdown(f"*Runs read: {', '.join(f'`{r}`' for r in runs)}.*")

@@ -124,9 +124,9 @@ def _timer_floor(repeats: int, warmup: int) -> list[dict]:
     empty = kernels.get_kernel(EMPTY_SOURCE, "empty_kernel", {})
     call = lambda: empty((1,), (32,), ())  # noqa: E731
     batched = time_gpu(call, repeats, warmup, graph=True)
-    records = [_ceiling("empty_call_us", batched.median * 1e3, batched, calls_per_replay=batched.extra.get(
-        "calls_per_replay"), how=f"{EMPTY_SOURCE}, one block; a graph of {batched.extra.get('calls_per_replay')} "
-                                 "calls per replay, CUDA events around it, time per call")]
+    records = [_ceiling("empty_call_us", batched.median * 1e3, batched,
+                        how=f"{EMPTY_SOURCE}, one block; a graph of {batched.extra.get('calls_per_replay')} calls "
+                            "per replay, CUDA events around it, time per call")]
     captured = _capture(call, warmup)
     if captured is not None:
         alone = time_gpu(captured[0], repeats, 1, stream=captured[1])
