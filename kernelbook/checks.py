@@ -37,6 +37,13 @@ class CheckResult:
         return asdict(self)
 
 
+def claims_fp32_range(impl) -> bool:
+    """Whether a step claims FP32 accuracy over float's whole range (relative L2 error <= 1e-5 for
+    any finite float32 data whose products and sums stay finite): then its checks include the
+    study's range test (inputs and weights from 1e-6 to 1e6), in every study alike."""
+    return impl.tolerance <= 1e-5 and impl.full_range
+
+
 def poisoned(shape, xp=None, dtype="float32"):
     """An output array full of NaN: what a kernel does not write stays visibly unwritten."""
     if xp is None:

@@ -99,6 +99,9 @@ class StepImpl:
     kernel_names: ClassVar[tuple[str, ...]] = ()
     defaults: ClassVar[dict] = {}        # every parameter a caller may set, with its default
     tolerance: ClassVar[float] = 1e-5    # relative L2 error allowed against float64
+    #: False for a step that claims FP32 accuracy only inside a narrower range and says so in its
+    #: chapter (the MLP's 3xFP16 step 15): the range test (``claims_fp32_range``) is not its claim.
+    full_range: ClassVar[bool] = True
     precision: ClassVar[str] = "fp32"
     graph_capturable: ClassVar[bool] = True  # False when launch() uses streams of its own
     #: The arithmetic unit the step's products run on, for its floor: fp32 (CUDA cores), fp16x2

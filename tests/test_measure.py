@@ -105,7 +105,6 @@ def test_calls_per_replay_is_bounded():
 def test_the_summary_says_how_many_calls_a_replay_held():
     from kernelbook.summary import _timing_caption, timed_by
 
-
     assert timed_by({"timing": "cuda-graph-calls", "calls_per_replay": 50}) == "graph of calls (R = 50)"
     assert timed_by({"timing": "cuda-graph"}) == "graph"
     caption = _timing_caption(["cuda-graph-calls", "cuda-graph"])

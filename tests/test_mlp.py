@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kernelbook import kernels
+from kernelbook.checks import claims_fp32_range
 from kernelbook.errors import DataError, GPUUnavailable, LaunchLimitError, ParameterError, ShapeError
 from kernelbook.mlp import CASES, STEPS, MlpShape, check_call, data, forward, pack, reference
 
@@ -419,7 +420,7 @@ def test_range_cases_cover_the_promised_grid():
     assert min(mags) < 2e-6 and max(mags) > 5e5
     for _, x, w in grid:
         assert x.dtype == np.float32 and all(a.dtype == np.float32 for a in w)
-    claimed = [s for s in STEPS.slugs() if ranges.claims_full_range(STEPS.impl(s))]
+    claimed = [s for s in STEPS.slugs() if claims_fp32_range(STEPS.impl(s))]
     assert {"baseline", "whole-net-registers", "tensor-core-3xtf32", "fp32-register-tiled",
             "final-full-range"} <= set(claimed)
     assert not {"best", "tensor-core-fp16", "tensor-core-fp16-tma"} & set(claimed)

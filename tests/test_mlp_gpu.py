@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kernelbook.checks import claims_fp32_range
 from kernelbook.mlp import STEPS, check_call, data, forget_weights, forward, ranges, reference
 
 pytestmark = pytest.mark.gpu
@@ -71,7 +72,7 @@ def test_check_call_runs_without_launching(weights):
 
 # ----------------------------------------------------------------------------- the range test (issue 19)
 
-RANGE_STEPS = [s for s in STEPS.slugs() if ranges.claims_full_range(STEPS.impl(s))]
+RANGE_STEPS = [s for s in STEPS.slugs() if claims_fp32_range(STEPS.impl(s))]
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +141,7 @@ def test_forward_validates_a_weight_set_once(weights, monkeypatch):
 def test_step_15_is_labelled_for_what_it_is(range_grid):
     """Step 15 (3xFP16 without scaling) does not claim the whole range, and indeed fails it: at
     x * 1e6 half overflows. If it ever passed, its label (and the range test's skip) should go."""
-    assert not ranges.claims_full_range(STEPS.impl("final"))
+    assert not claims_fp32_range(STEPS.impl("final"))
     _, errors = _range_errors("final", [c for c in range_grid if c[0].startswith("range x*1e+06 W*1,1,1")])
     assert errors and all(not e <= 1e-5 for _, e in errors)
 

@@ -74,3 +74,35 @@ def test_lenet_fp32_steps_carry_the_range_test_and_half_precision_steps_do_not(s
         assert 1e5 < np.abs(x).max() < 1e8 and 1e-8 < np.abs(k).max() < 1e-4
         x, _ = ranged["range C1 x*mixed k*1"].host
         assert np.abs(x).max() / np.abs(x[x != 0]).min() > 1e8  # magnitudes mixed in one tensor
+
+
+def _check_cases(study, impl):
+    """The study's checks for ``impl`` without random shapes (and, in VGG, without the whole layer)."""
+    rng = np.random.default_rng(5)
+    if study is VGG:
+        from kernelbook.vgg.run import check_cases
+
+        return check_cases(impl, impl.params(), 0, rng, full_case=None)
+    return study.check_cases(impl, impl.params(), 0, rng)
+
+
+@pytest.mark.parametrize("study", [LENET, MLP, VGG], ids=["lenet", "mlp", "vgg"])
+def test_one_rule_decides_the_range_test_in_every_study(study, monkeypatch):
+    """Every step for which ``checks.claims_fp32_range`` holds (FP32 accuracy claimed: tolerance
+    <= 1e-5, and not restricted to a narrower range) carries its study's range test, and no other
+    step does: taking the claim away removes exactly those cases."""
+    from kernelbook.checks import claims_fp32_range
+
+    claimed = []
+    for slug in study.steps.slugs():
+        impl = study.impl(slug)
+        labels = [c.label for c in _check_cases(study, impl)]
+        monkeypatch.setattr(impl, "full_range", False)
+        without = [c.label for c in _check_cases(study, impl)]
+        monkeypatch.undo()
+        if claims_fp32_range(impl):
+            claimed.append(slug)
+            assert len(labels) > len(without) and without == labels[:len(without)], slug
+        else:
+            assert labels == without, slug
+    assert claimed   # each study has FP32-accurate steps

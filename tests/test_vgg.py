@@ -298,22 +298,26 @@ def test_hopper_steps_compile_for_the_smallest_and_largest_kernel(slug, k, tmp_p
     assert all(r.spill_store_bytes == 0 for r in report)
 
 
-def test_fp32_accurate_hopper_steps_check_the_fp32_range():
-    """Steps 13 and 14 claim FP32 accuracy over FP32's range: their check cases (the rows of the
-    correctness table) hold the range test, inputs and weights from 1e-6 to 1e6; others do not."""
+def test_fp32_accurate_steps_check_the_fp32_range():
+    """Every step that claims FP32 accuracy (the FP32 direct steps, 3xTF32, Winograd, the final and
+    Hopper's 13 and 14) has the range test in its check cases (the rows of the correctness table),
+    inputs and weights from 1e-6 to 1e6; the TF32 and FP16 steps do not."""
     from kernelbook.vgg import run
 
+    ranged_steps = []
     for slug in STEPS.slugs():
         cases = run.check_cases(STEPS.impl(slug), {}, 1, np.random.default_rng(0), full_case=None)
         ranged = [c for c in cases if c.label.startswith("range test")]
-        if slug in ("hopper-3xtf32", "hopper-split"):
+        if ranged:
+            ranged_steps.append(slug)
             assert len(ranged) == len(run.RANGE_SCALES)
             magnitudes = np.concatenate([np.abs(np.concatenate([c.host[0].ravel(), c.host[1].ravel()]))
                                          for c in ranged])
             magnitudes = magnitudes[magnitudes > 0]
             assert magnitudes.min() < 1e-6 and magnitudes.max() > 1e5
-        else:
-            assert not ranged, slug
+    assert ranged_steps == ["baseline", "weights-shared", "inputs-shared", "weights-registers", "weights-on-the-fly",
+                            "two-phase-weights", "register-tiled", "3xtf32", "winograd", "final", "hopper-3xtf32",
+                            "hopper-split"]
 
 
 def test_prepare_weights_is_refused_for_steps_that_pack_nothing():

@@ -52,10 +52,12 @@ def test_forward_refuses_bad_arrays():
     assert forward(x, w, b).shape == (1, 4, 4, 4)
 
 
+from kernelbook.checks import claims_fp32_range  # noqa: E402  (the one rule: every FP32-accurate step)
+
 SCALES = (1e-6, 1e-3, 1.0, 1e3, 1e6)
 
 
-@pytest.mark.parametrize("slug", ["3xtf32", "winograd", "hopper-3xtf32", "hopper-split"])
+@pytest.mark.parametrize("slug", [s for s in STEPS.slugs() if claims_fp32_range(STEPS.impl(s))])
 def test_fp32_accurate_steps_keep_fp32_range(slug):
     """Inputs and weights scaled independently from 1e-6 to 1e6, and tensors that mix magnitudes
     (each element scaled by 10^U(-6, 6)): relative L2 <= 1e-5 against float64 in every case."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import claims_fp32_range
 from ..errors import KernelbookError
 from .problem import ConvShape, layer_shape
 
@@ -41,10 +42,6 @@ def check_case(label: str, shape: ConvShape, rng: np.random.Generator):
 # (x scale, k scale): a number, or "mixed" (standard normal times 10^U(-6, 6) per element)
 RANGE_CASES = ((1e-6, 1e-6), (1e6, 1e6), (1e-6, 1e6), (1e6, 1e-6), (1e-3, 1e3), (1e3, 1e-3), ("mixed", 1.0),
                (1.0, "mixed"))
-
-
-def claims_fp32(impl) -> bool:
-    return impl.precision == "fp32" and impl.tolerance <= 1e-5
 
 
 def range_case(layer: str, xs, ks, rng: np.random.Generator, batch: int = 2):
@@ -79,6 +76,6 @@ def check_cases(impl, params: dict, n_random: int, rng: np.random.Generator) -> 
             continue  # outside this step's limits: not a valid input for it
         cases.append(check_case("random", shape, rng))
         drawn += 1
-    if claims_fp32(impl):
+    if claims_fp32_range(impl):
         cases += [range_case(layer, xs, ks, rng) for layer in ("C1", "C3") for xs, ks in RANGE_CASES]
     return cases

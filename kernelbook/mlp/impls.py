@@ -97,7 +97,6 @@ class MlpImpl(StepImpl):
 
     precision = "fp32"
     measure = "rel_l2"            # "scaled_abs_diff" for the half-precision steps
-    full_range = True             # an FP32 step claims accuracy over float's range: the range test runs
     packing = None                # a function of pack.py, or None
     static_smem = 0               # bytes of static shared memory (as ptxas reports it)
     dynamic_smem = 0

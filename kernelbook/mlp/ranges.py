@@ -1,6 +1,6 @@
 """The range test: inputs and weights over FP32's range (magnitudes 1e-6 to 1e6).
 
-A step that claims FP32 accuracy (``precision == "fp32"`` and ``full_range``) must keep its
+A step that claims FP32 accuracy (``kernelbook.checks.claims_fp32_range``) must keep its
 relative L2 error against float64 at or below 1e-5 for any finite float32 data whose products
 and sums stay finite in float32. These cases probe that: the inputs and each layer's weights
 scaled independently by powers of ten from 1e-6 to 1e6 (each bias scaled like its layer's output,
@@ -59,5 +59,3 @@ def cases(rng: np.random.Generator, grid: bool = False, n: int = COLUMNS):
                                                          W3 * mixed(W3.shape), b3)
 
 
-def claims_full_range(impl) -> bool:
-    return impl.precision == "fp32" and getattr(impl, "full_range", True)

@@ -213,7 +213,6 @@ class TensorCoreHalfTma(MlpImpl):
                 "stage_warps": 8, "stages": 2, "stage_blocks_per_sm": 1,
                 "l2_promotion": 256, "switch_columns": 65536}
     precision, measure, tolerance = "fp16", "scaled_abs_diff", HALF_THRESHOLD
-    full_range = False
     packing = staticmethod(pack.f16_fragments)   # step 14's fragments: its kernel reads the same
     FALLBACK = "tensor-core-fp16"
     TILE_BYTES = 72 * 128       # one box: 72 rows x 32 float columns (kernels/mlp/tma_fp16.cuh)

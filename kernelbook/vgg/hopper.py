@@ -343,7 +343,6 @@ class Hopper3xTF32(HopperStep):
     math = "3xtf32"
     precision = "3xtf32"
     tolerance = 1e-5
-    range_test = True   # its correctness table holds the range test (vgg.run.range_cases)
 
 
 class HopperSplit(HopperStep):
@@ -353,4 +352,3 @@ class HopperSplit(HopperStep):
     math = "tf32+2xbf16"
     precision = "3xtf32"
     tolerance = 1e-5
-    range_test = True

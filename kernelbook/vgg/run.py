@@ -2,7 +2,7 @@
 
 - ``check_cases``    random small shapes (odd and even H and W, C and M not multiples of 16, K in
                      1, 3, 5, 7), the range test for steps that claim FP32 accuracy over FP32's
-                     range (``range_test``), plus the full layer (B=1) checked at sampled pooled
+                     range (``checks.claims_fp32_range``), plus the full layer (B=1) checked at sampled pooled
                      positions against float64 (``reference_at``; the whole layer in float64 on a
                      CPU would take minutes)
 - ``vendor_runs``    cuDNN through PyTorch: conv2d + bias, ReLU, max_pool2d in FP32, TF32, FP16,
@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import harness
+from ..checks import claims_fp32_range
 from ..errors import ParameterError
 from ..measure import torch_flags
 from .problem import CASES, ConvPoolShape
@@ -60,7 +61,7 @@ def random_shapes(n: int, rng: np.random.Generator) -> list[ConvPoolShape]:
     return shapes
 
 
-#: The FP32-range test of a step that claims FP32 accuracy (``range_test = True``): inputs and
+#: The FP32-range test of a step that claims FP32 accuracy (``checks.claims_fp32_range``): inputs and
 #: weights scaled by 1e-6 and 1e6 independently, and tensors whose every element is scaled by
 #: 10^U(-6, 6), on one small shape; each is a row of the step's correctness table.
 RANGE_SHAPE = ConvPoolShape(1, 40, 24, 36, 48, 5)
@@ -98,7 +99,7 @@ def check_cases(impl, params: dict, n_random: int, rng: np.random.Generator, ful
     for i, shape in enumerate(random_shapes(n_random, rng)):
         x, w, b = random_inputs(shape, rng)
         out.append(harness.CheckCase(f"random-{i}", shape, (x, w, b), lambda x=x, w=w, b=b: reference(x, w, b)))
-    if getattr(impl, "range_test", False):
+    if claims_fp32_range(impl):
         out.extend(range_cases(rng))
     if full_case:
         name, shape = _resolve_case(full_case)
