@@ -91,8 +91,9 @@ class VggStep(StepImpl):
     def validate(self, shape: ConvPoolShape, params: dict) -> None:
         check_shape_type(shape)
         self.check_params(params)
-        if self.launches(shape, params) is not None:
-            self.check_launches(shape, params)
+        declared = self.launches(shape, params)
+        if declared is not None:
+            self.check_launches(shape, params, declared)
             return
         grid, block, smem = self.geometry(shape, params)
         limits.check_launch(grid, block, dynamic_smem=smem, what=f"Step {self.slug!r} on {shape.as_dict()}")
