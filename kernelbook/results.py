@@ -338,19 +338,6 @@ def runs_with(part_name: str, root: Path | None = None) -> list[Run]:
     return [run for run in list_runs(root) if readable_part(run, part_name) is not None]
 
 
-def newest_run_with(part_name: str, root: Path | None = None) -> Run:
-    """The newest recorded run that holds a valid ``part_name``: what a notebook replays."""
-    runs = runs_with(part_name, root)
-    if not runs:
-        where = Path(root) if root else paths.results_dir()
-        raise ResultsError(
-            f"No recorded run under {where} holds measurements for {part_name!r}.",
-            "record one on a CUDA machine (`kernelbook run --mode measure`, or "
-            "scripts/device_run.sh on the device) and commit data/results/.",
-        )
-    return runs[-1]
-
-
 def run_with(part_name: str, prefer_run: str | None = None, root: Path | None = None) -> Run | None:
     """The run to read ``part_name`` from: ``prefer_run`` when it exists and holds it (so a page
     compares like with like), else the newest run that holds it; None when no run does."""

@@ -46,7 +46,7 @@ def test_baseline_page_shows_the_milestone_table_with_its_provenance(built_book)
     for column in ("Batch Size", "Op Time 1", "Op Time 2", "Layer Time 1", "Layer Time 2",
                    "Total Execution Time", "Accuracy"):
         assert column in text
-    run = results.newest_run_with("lenet-baseline")
+    run = results.run_with("lenet-baseline")
     assert "Replayed (not measured now" in text
     assert run.device in text and run.commit in text and run.run_id in text
     assert "Measured now" not in text

@@ -42,9 +42,8 @@ def test_newest_run_with_a_part_is_chosen(results_root):
     old = fabricate_chapter(results_root, run_id="20261101T0000Z-aaaaaa")
     new = fabricate_chapter(results_root, run_id="20261121T0000Z-bbbbbb")
     results.create_run({"device": DEVICE, "commit": "x", "host": "h"}, run_id="20261122T0000Z-cccccc")
-    assert results.newest_run_with("lenet-baseline").run_id == new.run_id != old.run_id
-    with pytest.raises(ResultsError, match="No recorded run"):
-        results.newest_run_with("lenet-nonexistent")
+    assert results.run_with("lenet-baseline").run_id == new.run_id != old.run_id
+    assert results.run_with("lenet-nonexistent") is None
 
 
 def test_malformed_files_fail_clearly(results_root):
