@@ -331,12 +331,13 @@ class TensorCoreHalfTma(MlpImpl):
         if shape.N % 4 or x.data.ptr % 16 or y.data.ptr % 16:
             return self.fallback().launch(y, x, w, shape, self.fallback_params(), stream=stream)
         fn, launch = self.planned(shape, params)
-        self.x_map(x, shape.N, params["l2_promotion"], stream)   # a new x's descriptor lands on this stream
-        fn(launch.grid, launch.block, self.launch_args(launch, y, (x, w), shape, params),
+        x_map = self.x_map(x, shape.N, params["l2_promotion"], stream)   # a new x's descriptor lands on this stream
+        fn(launch.grid, launch.block, (x_map, w.extra["packed"], y, np.int32(shape.N)),
            shared_mem=launch.dynamic_smem, stream=stream)
         return y
 
     def launch_args(self, launch, y, operands, shape, params):
+        """The declared launch's arguments (what ``launch`` passes, descriptor looked up once)."""
         x, w = operands
         return (self.x_map(x, shape.N, params["l2_promotion"]), w.extra["packed"], y, np.int32(shape.N))
 
