@@ -115,7 +115,8 @@ def encode(arg):
 #: compiler (``kernels.get_kernel``) is replaced instead, so the table holds the ``.cu`` file, the
 #: defines as compiled and whatever the step sets on the kernel before it launches.
 OWN_KERNEL = {("mlp", "tensor-core-3xtf32"), ("mlp", "tensor-core-fp16"), ("mlp", "final"),
-              ("mlp", "fp32-register-tiled"), ("mlp", "tensor-core-fp16-tma"), ("lenet", "specialised"), ("lenet", "hopper-final"),
+              ("mlp", "fp32-register-tiled"), ("mlp", "tensor-core-fp16-tma"), ("mlp", "wgmma-full-range"),
+              ("lenet", "specialised"), ("lenet", "hopper-final"),
               ("lenet", "wgmma-final")}
 
 #: Steps whose grid reads device facts (SM count, occupancy, compute capability): the recorder
@@ -289,6 +290,9 @@ def mlp_cases():
                                   "stages": 4, "stage_blocks_per_sm": 2, "l2_promotion": 128, "switch_columns": 4096},
                                  {"ring_warps": 16, "ring_slots": 2}, {"stage_warps": 16, "switch_columns": 0},
                                  {"stages": 9}],
+        "wgmma-full-range": [{}, {"switch_columns": 0}, {"small_wgs": 1, "large_wgs": 4, "l2_promotion": 128,
+                                                          "switch_columns": 4096},
+                             {"large_wgs": 5}, {"small_wgs": 0}, {"l2_promotion": 32}],
     }
     for slug, overrides in variations.items():
         for over in overrides:
@@ -408,7 +412,8 @@ def _operands(study, problem=None):
         from kernelbook.mlp.impls import PreparedWeights
 
         raw = tuple(Named(n) for n in ("W1", "b1", "W2", "b2", "W3", "b3"))
-        extra = {n: Named(n) for n in ("w1p", "w2p", "w3p", "w1q", "w2q", "w3q", "packed", "split")}
+        extra = {n: Named(n) for n in ("w1p", "w2p", "w3p", "w1q", "w2q", "w3q", "packed", "split", "wgmma", "raw")}
+        extra["exact_only"] = 0
         return Named("y"), (Named("x"), PreparedWeights(raw, extra))
     if study == "lenet":   # k's size: the bytes a constant-memory upload copies
         return Named("y"), (Named("x"), Named("k", problem.M * problem.C * problem.K ** 2 if problem else 0))
@@ -511,10 +516,13 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
         _patch(impl, log, m, compiled, own_kernel=(study, impl.slug) in OWN_KERNEL)
         if (study, impl.slug) in DEVICE_FACTS:
             entry["device"] = fake_device(shape, m)
+        if (study, impl.slug) == ("mlp", "wgmma-full-range"):   # no device to ask for sm_90a; step 17's
+            m.setattr(impl, "_check_device", lambda: log.append({"check_device": "sm_90a"}))   # plans afresh
+            m.setattr(impl.fallback(), "_plans", {}, raising=False)
         impl.prepare(params, problem)
         entry["prepared"] = sorted(set(compiled))
         y, operands = _operands(study, problem)
-        if (study, impl.slug) == ("mlp", "tensor-core-fp16-tma"):   # x's TMA descriptor: a named stand-in
+        if (study, impl.slug) in (("mlp", "tensor-core-fp16-tma"), ("mlp", "wgmma-full-range")):   # x's TMA descriptor: a named stand-in
             y, operands = Aligned("y"), (Aligned("x"),) + operands[1:]
             # each look-up is logged: one per launch (a second one per call is host cost for nothing)
             m.setattr(impl, "x_map", lambda x, n, promotion, stream=None: log.append({"x_map": f"{x},{n},{promotion}"})

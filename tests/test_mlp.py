@@ -100,7 +100,7 @@ def test_references_agree_and_scaled_measure():
 
 
 def test_step_list_matches_the_kernel_files():
-    assert len(STEPS) == 19 and STEPS.baseline.slug == "baseline"
+    assert len(STEPS) == 20 and STEPS.baseline.slug == "baseline"
     problems = [p for p in STEPS.check_files() if not p.endswith(".md is missing")]
     assert problems == []
     for step in STEPS:
@@ -328,8 +328,8 @@ def test_every_kernel_compiles_for_sm90(slug, tmp_path):
     impl = STEPS.impl(slug)
     params = impl.params()
     for n in (12800, CASES["100x100"]):
-        cubin, report = kernels.compile_cubin(impl.source, impl.defines(params, MlpShape(n)),
-                                              out=tmp_path / f"{n}.cubin")
+        cubin, report = kernels.compile_cubin(impl.source_for(params, MlpShape(n)), impl.defines(params, MlpShape(n)),
+                                              arch=getattr(impl, "arch", None) or "sm_90", out=tmp_path / f"{n}.cubin")
         assert cubin.stat().st_size > 0
         names = {r.name for r in report}
         assert set(impl.kernel_names) <= names
@@ -526,3 +526,58 @@ def test_tma_step_caches_the_descriptor_and_the_plan(monkeypatch):
     impl.launch(array(4100), array(8192), w, MlpShape(12800), params)     # y 4 bytes off
     impl.launch(array(4096), array(8192), w, MlpShape(12801), params)     # N % 4 != 0
     assert fell_back == [12800, 12800, 12801] and len(asked) == 3
+
+
+def test_wgmma_pack_is_the_layout_the_kernel_reads():
+    """Step 19's blob: W1 and W2 scaled by 2^ew (max into [2^10, 2^11)), hi + 2^-16 lo' within
+    2^-21 of each scaled weight, in wgmma's K-major layout ([j][row group][k half][row][8]); W3 as
+    [c][e][q][o]; the biases; the header's factors and exponents; the transposed FP32 copy."""
+    out = pack.wgmma_full_range(W)
+    blob = out["wgmma"]
+    assert blob.size == pack.WGMMA_BYTES and not pack.wgmma_exact_only(blob)
+    halves = blob[:36864].view(np.float16).astype(np.float64)
+    floats = blob[36864:].view(np.float32)
+    ints = blob[-16:].view(np.int32)
+    for layer, (Wl, k, hi_at, lo_at) in enumerate(((W[0], 80, 0, 5120), (W[2], 64, 10240, 14336))):
+        ew = ints[1 + layer]
+        assert 2.0 ** 10 <= np.abs(Wl).max() * 2.0 ** ew < 2.0 ** 11
+        assert floats[256 + 132 + 2 * layer] == np.float32(2.0 ** -ew)
+        assert floats[256 + 133 + 2 * layer] == np.float32(2.0 ** (-16 - ew))
+        j, ng, kc, r, kk = np.meshgrid(np.arange(k // 16), np.arange(8), np.arange(2), np.arange(8), np.arange(8),
+                                       indexing="ij")
+        rows, cols = (8 * ng + r).ravel(), (16 * j + 8 * kc + kk).ravel()
+        size = 64 * k
+        hi = halves[hi_at:hi_at + size]
+        lo = halves[lo_at:lo_at + size]
+        got = np.zeros((64, k))
+        got[rows, cols] = hi + lo * 2.0 ** -16
+        scaled = np.zeros((64, k))
+        scaled[:, :Wl.shape[1]] = Wl.astype(np.float64) * 2.0 ** ew
+        assert np.all(np.abs(got - scaled) <= 2.0 ** -21 * np.abs(scaled) + 1e-30)
+    w3 = floats[:256].reshape(8, 2, 4, 4)
+    c, e, q, o = np.meshgrid(*(np.arange(n) for n in (8, 2, 4, 4)), indexing="ij")
+    assert np.array_equal(w3, W[4][o, 8 * c + 2 * q + e])
+    assert np.array_equal(floats[256:320], W[1]) and np.array_equal(floats[320:384], W[3])
+    assert np.array_equal(floats[384:388], W[5])
+    raw = out["raw"]
+    assert np.array_equal(raw[:71 * 64].reshape(71, 64), W[0].T)
+    assert np.array_equal(raw[71 * 64 + 64:71 * 64 + 64 + 4096].reshape(64, 64), W[2].T)
+
+
+@pytest.mark.parametrize("layer, factor, exact", [(0, 2.0**-31, False), (0, 2.0**-33, True), (2, 2.0**-40, True)])
+def test_wgmma_pack_flags_weights_the_scaling_cannot_hold(layer, factor, exact):
+    """A layer whose nonzero weights span more than 2^32 sends every column to the exact path."""
+    w = [a.copy() for a in W]
+    w[layer][1, 2] = np.float32(np.abs(w[layer]).max() * factor)
+    assert pack.wgmma_exact_only(pack.wgmma_full_range(tuple(w))["wgmma"]) is exact
+
+
+def test_wgmma_step_picks_warpgroups_by_columns_and_hands_unreadable_shapes_to_step_17():
+    impl = STEPS.impl("wgmma-full-range")
+    p = impl.params()
+    small, large = impl.launches(MlpShape(12800), p)[0], impl.launches(MlpShape(CASES["100x100"]), p)[0]
+    assert small.block == (256, 1, 1) and large.block == (384, 1, 1)
+    assert large.dynamic_smem == 1024 + 38912 + 3 * 2 * 20480 <= 227 * 1024
+    assert impl.launches(MlpShape(12799), p)[0].kernel == "fullRange3xFP16Kernel"
+    with pytest.raises(ParameterError, match="large_wgs"):
+        impl.validate(MlpShape(4096), impl.params(large_wgs=5))

@@ -248,3 +248,94 @@ def test_tma_step_reuses_its_descriptor_for_a_repeated_call(monkeypatch):
     forward(x, dev_w, step="tensor-core-fp16-tma", out=out)
     assert len(asked) <= 1   # 0 when an earlier test left this address and size cached
     assert reference.scaled_abs_diff(out.get(), reference.forward32(x_host, host_w)) <= reference.HALF_THRESHOLD
+
+
+# ----------------------------------------------------------------------------- step 19 (wgmma)
+
+WGMMA_COLUMNS = (4, 36, 100, 12804, 65540, 131108)   # ragged last tiles; a tile's second box past n
+
+
+def _count_wgmma_calls(monkeypatch) -> list:
+    """Every call that takes step 19's own kernel asks for x's descriptor: counted here."""
+    impl = STEPS.impl("wgmma-full-range")
+    calls, real = [], impl.x_map
+    monkeypatch.setattr(impl, "x_map", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    return calls
+
+
+def _wgmma_case(n, x_host=None, host_w=None, x_offset=0, y_offset=0, **params):
+    """Step 19 on x and out starting ``x_offset`` / ``y_offset`` floats into their buffers, out
+    poisoned with NaN; returns (output, float64 reference)."""
+    import cupy as cp
+
+    host_w = host_w if host_w is not None else data.make_weights(7)
+    x_host = x_host if x_host is not None else data.make_signals(n, 9 + n % 83)
+    xbuf = cp.empty(71 * n + x_offset, dtype=cp.float32)
+    x = xbuf[x_offset:].reshape(71, n)
+    x[...] = cp.asarray(x_host)
+    ybuf = cp.full(4 * n + y_offset, cp.nan, dtype=cp.float32)
+    out = ybuf[y_offset:].reshape(4, n)
+    forward(x, tuple(cp.asarray(w) for w in host_w), step="wgmma-full-range", out=out, **params)
+    return out.get(), reference.forward64(x_host, host_w)
+
+
+@pytest.mark.parametrize("n", WGMMA_COLUMNS)
+@pytest.mark.parametrize("switch_columns", (65536, 0, 2**31 - 1))   # default; 3 warpgroups everywhere; 2 everywhere
+def test_wgmma_step_on_ragged_shapes(n, switch_columns, monkeypatch):
+    calls = _count_wgmma_calls(monkeypatch)
+    got, ref = _wgmma_case(n, switch_columns=switch_columns)
+    assert not np.isnan(got).any(), "some outputs were never written"
+    assert reference.rel_l2(got, ref) <= 1e-5
+    assert calls == [n]                              # it took its own kernel
+
+
+@pytest.mark.parametrize("n, x_offset, y_offset, own", [
+    (12800, 1, 0, False), (12800, 0, 2, False),      # not 16-byte aligned: step 17's kernel
+    (12800, 4, 4, True), (12799, 0, 0, False), (65537, 0, 0, False),
+])
+def test_wgmma_step_falls_back_where_the_tma_cannot_read(n, x_offset, y_offset, own, monkeypatch):
+    calls = _count_wgmma_calls(monkeypatch)
+    got, ref = _wgmma_case(n, x_offset=x_offset, y_offset=y_offset)
+    assert not np.isnan(got).any()
+    assert reference.rel_l2(got, ref) <= 1e-5
+    assert calls == ([n] if own else [])
+
+
+@pytest.mark.parametrize("where", ["x tiny", "x huge column", "x mixed", "hidden tiny"])
+def test_wgmma_step_recomputes_the_pairs_its_scaling_cannot_hold(where):
+    """Values the per-column scaling cannot hold (a nonzero value more than 2^27 below its
+    column's largest) send their column pair to the exact FP32 path; a column of large values is
+    simply scaled. Every output is checked against float64."""
+    n = 4096
+    x = data.make_signals(n, 21)
+    host_w = data.make_weights(7)
+    if where == "x tiny":
+        x[5, 70] = 1e-12                             # 2^-40 below its column
+    elif where == "x huge column":
+        x[:, 1000] *= np.float32(3e4)
+    elif where == "x mixed":
+        rng = np.random.default_rng(3)
+        x = (x * (10.0 ** rng.uniform(-6, 6, size=x.shape))).astype(np.float32)   # every pair flagged
+    else:                                            # a layer-1 output just above zero in column 9
+        W1, b1, *rest = host_w
+        b1 = b1.copy()
+        z = (W1.astype(np.float64) @ x[:, 9].astype(np.float64)) + b1
+        b1[0] = np.float32(-z[0] + 2.0 ** -30 + b1[0])
+        host_w = (W1, b1, *rest)
+    got, ref = _wgmma_case(n, x_host=x, host_w=host_w)
+    assert reference.rel_l2(got, ref) <= 1e-5
+
+
+def test_wgmma_step_takes_the_exact_path_for_wide_weights():
+    import cupy as cp
+
+    host = list(data.make_weights(5))
+    host[2] = host[2].copy()
+    host[2][3, 7] *= np.float32(2.0**-45)            # W2 spans more than 2^32
+    host = tuple(host)
+    impl = STEPS.impl("wgmma-full-range")
+    prepared = impl.prepare_weights(tuple(cp.asarray(w) for w in host))
+    assert impl.exact_only(prepared)
+    x_host = data.make_signals(1000, 6)
+    out = forward(cp.asarray(x_host), prepared, step="wgmma-full-range")
+    assert reference.rel_l2(out.get(), reference.forward64(x_host, host)) <= 1e-5

@@ -175,3 +175,57 @@ def full_range(weights) -> dict[str, np.ndarray]:
     body = f16_split_fragments(tuple(scaled), _biases(scaled), lo_shift=FULL_RANGE_LO_SHIFT)
     header = np.array(ews + ebs + [int(exact), 0], dtype=np.int32).view(np.uint8)
     return {"split": np.concatenate([body, header]), "packed": tf32_fragments(weights)}
+
+
+WGMMA_TOP = 10            # step 19: scaled weight maxima in [2^10, 2^11) (kernels/mlp/19_wgmma_full_range.cu)
+WGMMA_SPAN = 32           # ... and nonzero magnitudes down to 2^-22: a span of 2^32 within a layer
+WGMMA_LO_SHIFT = 65536.0  # lo' = (w - hi) * 2^16
+WGMMA_BYTES = 38448       # PACKED_BYTES in the kernel
+
+
+def _wgmma_b(W: np.ndarray) -> np.ndarray:
+    """A (64, K) FP16 matrix (rows = the layer's outputs, K a multiple of 16) as wgmma's K-major B
+    without swizzle, one 2,048-byte block per k-step j: [j][row group][k half][row][8 values]."""
+    rows, k = W.shape
+    return np.ascontiguousarray(W.reshape(rows // 8, 8, k // 16, 2, 8).transpose(2, 0, 3, 1, 4))
+
+
+def wgmma_full_range(weights) -> dict[str, np.ndarray]:
+    """Step 19: layers 1 and 2 scaled by 2^ew_l (max |W_l| into [2^10, 2^11)) and split into FP16
+    hi and lo' = (w - hi) 2^16 in wgmma's B layout (W1 padded to 80 inputs); layer 3 in FP32 as
+    [c][e][q][o] = W3[o][8c + 2q + e]; b1, b2, b3; a header of 4 floats {2^-ew1, 2^-(16+ew1),
+    2^-ew2, 2^-(16+ew2)} and int32 {exact_only, ew1, ew2, 0}: ``WGMMA_BYTES`` bytes as ``"wgmma"``.
+    ``exact_only`` is set when a layer's nonzero magnitudes span more than 2^32, a maximum is
+    subnormal or the scale leaves float's range: every column then takes the kernel's FP32 path,
+    which reads ``"raw"``: W1^T, b1, W2^T, b2, W3, b3 concatenated (a tile that meets a value outside
+    the window takes the same path)."""
+    W1, b1, W2, b2, W3, b3 = (np.asarray(a, np.float32) for a in weights)
+    blocks, header, ews, exact = [], [], [], False
+    for W, k in ((W1, 80), (W2, HIDDEN)):
+        nonzero = _exponent_field(W[W != 0])
+        ew = 0
+        if nonzero.size:
+            top = int(nonzero.max())
+            exact |= top in (0, 255) or int(nonzero.min()) < top - WGMMA_SPAN
+            ew = 127 + WGMMA_TOP - top
+        if not -120 <= ew <= 110:
+            exact, ew = True, 0
+        scaled = _pad(np.ldexp(W.astype(np.float64), ew).astype(np.float32), HIDDEN, k)
+        hi = scaled.astype(np.float16)
+        lo = ((scaled - hi.astype(np.float32)) * np.float32(WGMMA_LO_SHIFT)).astype(np.float16)
+        blocks += [_wgmma_b(hi), _wgmma_b(lo)]
+        header += [2.0 ** -ew, 2.0 ** (-16 - ew)]
+        ews.append(ew)
+    w3 = W3.reshape(OUT, 8, 4, 2).transpose(1, 3, 2, 0)   # [o][c][q][e] -> [c][e][q][o]
+    floats = np.concatenate([np.ascontiguousarray(w3).ravel(), b1, b2, b3, np.array(header, np.float32)])
+    flag = np.array([int(exact), *ews, 0], np.int32)
+    blob = np.concatenate([np.concatenate([b.ravel() for b in blocks]).view(np.uint8),
+                           floats.astype(np.float32).view(np.uint8), flag.view(np.uint8)])
+    assert blob.size == WGMMA_BYTES
+    raw = np.concatenate([a.ravel() for a in (W1.T, b1, W2.T, b2, W3, b3)]).astype(np.float32)
+    return {"wgmma": blob, "raw": raw}
+
+
+def wgmma_exact_only(blob: np.ndarray) -> bool:
+    """The ``exact_only`` flag of a ``wgmma_full_range`` blob."""
+    return bool(np.asarray(blob)[WGMMA_BYTES - 16:WGMMA_BYTES - 12].view(np.int32)[0])

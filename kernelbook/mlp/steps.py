@@ -36,4 +36,7 @@ STEPS = StepList("mlp", [
     Step(18, "tensor-core-fp16-tma", "18_tensor_core_fp16_tma",
          "FP16 fed by the TMA: stages for many columns, a per-warp ring for few", t.TensorCoreHalfTma,
          builds_on="tensor-core-fp16"),
+    Step(19, "wgmma-full-range", "19_wgmma_full_range",
+         "FP32-accurate over the whole range on Hopper's wgmma (scaled 3xFP16, TMA)", t.WgmmaFullRange,
+         builds_on="final-full-range"),
 ])

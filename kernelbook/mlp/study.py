@@ -104,7 +104,7 @@ class MlpStudy(Study):
             {"what": "100x100, FP32 on CUDA cores", "case": "100x100", "limit_ms": 0.90, "steps": cuda_fp32,
              "vendor": "torch-fp32", "vendor_ratio": 2.5},
             {"what": "100x100, FP32-accurate (whole range) on tensor cores", "case": "100x100", "limit_ms": 0.25,
-             "steps": ["tensor-core-3xtf32", "final-full-range"], "vendor": "torch-fp32"},
+             "steps": ["tensor-core-3xtf32", "final-full-range", "wgmma-full-range"], "vendor": "torch-fp32"},
             {"what": "100x100, FP16 within the 0.15 threshold", "case": "100x100", "limit_ms": 0.21, "steps": half,
              "vendor": "torch-fp16"},
             {"what": "5x5, per call in a graph of back-to-back calls", "case": "5x5",
@@ -112,7 +112,7 @@ class MlpStudy(Study):
              "steps": self.steps.slugs(), "vendor": None},
             {"what": "5x5, per call, FP32-accurate over float's range", "case": "5x5",
              "limit_ms": 0.006,
-             "steps": ["tensor-core-3xtf32", "final-full-range"], "vendor": None},
+             "steps": ["tensor-core-3xtf32", "final-full-range", "wgmma-full-range"], "vendor": None},
         ]
 
     def reported_best(self):

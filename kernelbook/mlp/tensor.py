@@ -1,4 +1,4 @@
-"""Steps 13-15, 17 and 18: fully fused tensor-core kernels (one warp carries 16-32 columns through all
+"""Steps 13-15 and 17-19: fully fused tensor-core kernels (one warp carries 16-32 columns through all
 three layers in registers). Same call convention as ``impls``; every step declares its launches
 (``launches``/``launch_args``, see ``kernelbook.steps``)."""
 
@@ -347,3 +347,166 @@ def x_descriptor(address: int, n: int, promotion: int) -> bytes:
     rows (row 71 lies outside the tensor: the TMA fills it with zeros, as it does columns past n)."""
     return tma.tensor_map(address, tma.DT_FLOAT32, [n, TensorCoreHalfTma.IN_ROWS], [4 * n], [32, 72],
                           l2_promotion=promotion, fix="pass x as a C-contiguous (71, N) float32 CuPy array.")
+
+
+class WgmmaFullRange(MlpImpl):
+    """Step 19: FP32-accurate over float's whole range on Hopper's warpgroup MMA (wgmma, sm_90a).
+    Warpgroups of 128 threads take 64-column tiles that the TMA brings into shared memory (two
+    stages per warpgroup); x and the first hidden layer are scaled per column by a power of two and
+    split into FP16 hi and lo' (step 17's idea), the split weights are wgmma's B in shared memory,
+    layer 3 runs in FP32 on the CUDA cores, and a column pair the scaling cannot hold is recomputed
+    in plain FP32 by its warp (kernels/mlp/19_wgmma_full_range.cu). ``small_wgs`` / ``large_wgs``:
+    warpgroups per block up to / above ``switch_columns``; ``l2_promotion`` as in step 18.
+
+    Defaults: the fastest measured in development (data/bench/mlp/NOTES.md, "Session 4"): 3
+    warpgroups at 2,097,152 columns, 2 at 12,800; the switch at 65,536 columns is a reasoned choice
+    (between the two measured cases), not a measured crossover. Shapes the TMA cannot take
+    (N % 4 != 0, x or y not 16-byte aligned) run step 17 with its defaults; the weights are packed
+    for both. wgmma exists only on sm_90a: another GPU is refused before any launch."""
+
+    math = "3xfp16"
+    arch = "sm_90a"
+    kernel_names = ("wgmmaFullRangeKernel",)
+    defaults = {"small_wgs": 2, "large_wgs": 3, "switch_columns": 65536, "l2_promotion": 256}
+    FALLBACK = "final-full-range"
+    WEIGHT_SPAN = 38912         # the packed weights rounded up to 1,024 bytes (kernels/mlp/19_wgmma_full_range.cu)
+    STAGE_BYTES = 2 * 80 * 128  # one 64-column tile of x: two TMA boxes of 32 columns x 80 rows
+    ALIGN_SLACK = 1024
+    IN_ROWS = 71
+
+    @staticmethod
+    def packing(host_weights):
+        out = {**pack.wgmma_full_range(host_weights), **pack.full_range(host_weights)}   # + step 17's
+        out["exact_only"] = int(pack.wgmma_exact_only(out["wgmma"]))
+        return out
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._plans: dict = {}
+        self._maps: dict = {}
+        self._checked_devices: set = set()
+
+    # ------------------------------------------------------------------ parameters and shapes
+    def check_params(self, params):
+        for name in ("small_wgs", "large_wgs"):
+            _int_param(params, name, range(1, 5), f"pass {name} between 1 and 4 (warpgroups of 128 threads per block).")
+        _int_param(params, "l2_promotion", tuple(tma.L2_PROMOTION), "pass l2_promotion=256 (bytes: 0, 64, 128 or 256).")
+        limits.finite_number("switch_columns", params["switch_columns"], 0, 2**31 - 1, example="65536")
+        if not isinstance(params["switch_columns"], (int, np.integer)):
+            raise ParameterError(f"switch_columns={params['switch_columns']!r} is not a whole number.",
+                                 "pass switch_columns=65536 (columns; small_wgs up to it, large_wgs above).")
+
+    def validate(self, shape, params):
+        self.check_params(params)
+        self.check_launches(shape, params)
+
+    def uses_tma(self, shape) -> bool:
+        """Whether N lets the TMA read x (a row of 4 N bytes, a multiple of 16); the arrays' own
+        alignment is checked per call."""
+        return shape.N % 4 == 0
+
+    def wgs(self, shape, params) -> int:
+        return params["small_wgs"] if shape.N <= params["switch_columns"] else params["large_wgs"]
+
+    def fallback(self):
+        return self.other(self.FALLBACK)
+
+    def fallback_params(self) -> dict:
+        found = getattr(self, "_fallback_params", None)
+        if found is None:
+            found = self._fallback_params = self.fallback().params()
+        return found
+
+    def defines(self, params, shape):
+        if not self.uses_tma(shape):
+            return self.fallback().defines(self.fallback_params(), shape)
+        return {"WGS": self.wgs(shape, params)}
+
+    def source_for(self, params, problem) -> str:
+        return self.source if self.uses_tma(problem) else self.fallback().source
+
+    @per_shape
+    def launches(self, shape, params):
+        if not self.uses_tma(shape):
+            return self.fallback().launches(shape, self.fallback_params())
+        wgs = self.wgs(shape, params)
+        work = -(-(-(-shape.N // 64)) // wgs)                       # blocks' worth of 64-column tiles
+        return [Launch(self.kernel_names[0], (self.persistent_grid(work, 1), 1, 1), (128 * wgs, 1, 1),
+                       dynamic_smem=self.ALIGN_SLACK + self.WEIGHT_SPAN + wgs * 2 * self.STAGE_BYTES,
+                       static_smem=8 * (1 + 2 * wgs), min_blocks=1)]
+
+    # ------------------------------------------------------------------ building
+    def kernel(self, name, params, problem):
+        if name not in self.kernel_names:   # step 17's kernel, for the shapes the TMA cannot take
+            return self.fallback().kernel(name, self.fallback_params(), problem)
+        return kernels.get_kernel(self.source, name, self.defines(params, problem), arch=self.arch)
+
+    def prepare(self, params, problem):
+        """Compile this shape's kernel and step 17's (a call whose x or y is not 16-byte aligned
+        runs it), outside timings."""
+        self.fallback().prepare(self.fallback_params(), problem)
+        if self.uses_tma(problem):
+            self._check_device()
+            self.planned(problem, params)
+
+    def _check_device(self) -> None:
+        """Refuse a GPU without sm_90a's wgmma, once per device, before anything is launched."""
+        import cupy as cp
+
+        device = cp.cuda.runtime.getDevice()
+        if device in self._checked_devices:
+            return
+        props = cp.cuda.runtime.getDeviceProperties(device)
+        if (int(props["major"]), int(props["minor"])) != (9, 0):
+            raise ParameterError(f"step {self.slug} runs wgmma (sm_90a), which this GPU "
+                                 f"(compute capability {props['major']}.{props['minor']}) does not have.",
+                                 "run it on an H100 or H200, or use step final-full-range.")
+        self._checked_devices.add(device)
+
+    def x_map(self, x, n: int, promotion: int, stream=None):
+        """x's TMA descriptor (boxes of 32 columns x 80 rows; rows 71-79 and columns past n are
+        read as zeros) in device memory, from the driver once per (device, address, N, promotion);
+        kept for the life of the step object, as step 18 keeps its own."""
+        import cupy as cp
+
+        key = (cp.cuda.runtime.getDevice(), x.data.ptr, n, promotion)
+        found = self._maps.get(key)
+        if found is None:
+            on = stream or cp.cuda.get_current_stream()
+            if on.is_capturing():
+                raise ShapeError("A call with an x this step has not seen yet is being captured into a CUDA graph: "
+                                 "its TMA descriptor must be uploaded first.",
+                                 "call the step once with this x (same array, same N) before capturing.")
+            raw = tma.tensor_map(x.data.ptr, tma.DT_FLOAT32, [n, self.IN_ROWS], [4 * n], [32, 80],
+                                 l2_promotion=promotion, fix="pass x as a C-contiguous (71, N) float32 CuPy array.")
+            found = cp.empty(len(raw), dtype=cp.uint8)
+            found.set(np.frombuffer(raw, dtype=np.uint8), stream=on)
+            on.synchronize()
+            self._maps[key] = found
+        return found
+
+    # ------------------------------------------------------------------ the call
+    def launch(self, y, x, weights, shape, params, stream=None):
+        w = self.prepare_weights(weights)
+        if shape.N % 4 or x.data.ptr % 16 or y.data.ptr % 16:
+            return self.fallback().launch(y, x, w, shape, self.fallback_params(), stream=stream)
+        fn, launch = self.planned(shape, params)
+        self._check_device()
+        x_map = self.x_map(x, shape.N, params["l2_promotion"], stream)
+        fn(launch.grid, launch.block, self._args(x_map, x, w, y, shape),
+           shared_mem=launch.dynamic_smem, stream=stream)
+        return y
+
+    @staticmethod
+    def _args(x_map, x, w, y, shape) -> tuple:
+        return (x_map, x, w.extra["wgmma"], w.extra["raw"], y, np.int32(shape.N), np.int32(w.extra["exact_only"]))
+
+    def launch_args(self, launch, y, operands, shape, params):
+        """The declared launch's arguments (what ``launch`` passes)."""
+        x, weights = operands
+        w = self.prepare_weights(weights)
+        return self._args(self.x_map(x, shape.N, params["l2_promotion"]), x, w, y, shape)
+
+    def exact_only(self, prepared) -> bool:
+        """True when these weights send every column down the exact FP32 path (host-side flag)."""
+        return bool(prepared.extra["exact_only"])

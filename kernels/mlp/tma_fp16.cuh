@@ -1,8 +1,7 @@
 // Device code of MLP step 18 (kernels/mlp/18_tensor_core_fp16_tma.cu), shared by its two kernels:
 //
-// 1. Hopper's tensor memory accelerator (TMA) and shared-memory barriers (mbarrier): a 2-D tile
-//    copy from global into shared memory that signals a barrier when its bytes have landed, and the
-//    barrier operations a warp needs to wait for it (sm_90).
+// 1. Hopper's tensor memory accelerator (TMA) and shared-memory barriers (mbarrier): in
+//    tma_barriers.cuh, which step 19 shares.
 // 2. Step 14's FP16 network on one 32-column tile of x that the TMA has put in shared memory with
 //    its 128-byte swizzle: layer 1 read from the tile (`tile_layer1`), then layers 2 and 3 in
 //    registers and the two 16-byte stores of the outputs (`tile_layers23_store`).
@@ -18,6 +17,7 @@
 #pragma once
 
 #include "mma_fragments.cuh"   // mma_f16, pack_relu, pack2, bias_fragments
+#include "tma_barriers.cuh"    // smem_addr, barrier_*, tma_copy_2d, tma_prefetch_map
 
 #define IN 71
 #define HIDDEN 64
@@ -35,72 +35,6 @@
 #define ROW_BYTES (COLS * 4)                 // 128: the swizzle's row
 #define BOX_ROWS 72                          // 71 inputs + one zero row
 #define TILE_BYTES (BOX_ROWS * ROW_BYTES)    // 9,216 = 9 x 1,024 (the swizzle needs 1,024-byte alignment)
-
-// ---------------------------------------------------------------- TMA and barriers
-
-static __device__ __forceinline__ unsigned smem_addr(const void *p)
-{
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// A barrier expecting `count` arrivals per phase.
-static __device__ __forceinline__ void barrier_init(unsigned bar, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-// Make initialised barriers visible to the TMA unit (the async proxy) before any copy uses them.
-static __device__ __forceinline__ void barrier_init_fence()
-{
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Arrive once and announce that `bytes` more bytes will land before this phase completes.
-static __device__ __forceinline__ void barrier_expect_bytes(unsigned bar, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-// Arrive once (no bytes announced).
-static __device__ __forceinline__ void barrier_arrive(unsigned bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-// Spin until the phase of parity `parity` has completed.
-static __device__ __forceinline__ void barrier_wait(unsigned bar, unsigned parity)
-{
-    unsigned done;
-#ifdef SPIN_LIMIT   // development builds: a copy that never lands traps instead of hanging
-    long long tries = 0;
-#endif
-    do {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-#ifdef SPIN_LIMIT
-        if (++tries > SPIN_LIMIT) __trap();
-#endif
-    } while (!done);
-}
-
-// Copy the box of the tensor map `map` (a global address) whose first element is at coordinates
-// (c0 fastest, c1) into shared memory at `dst`; the barrier `bar` counts its bytes. Elements
-// outside the tensor are written as zeros (and still counted).
-static __device__ __forceinline__ void tma_copy_2d(unsigned dst, const void *map, int c0, int c1, unsigned bar)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];"
-                 ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
-}
-
-// Fetch the descriptor into the descriptor cache ahead of the first copy.
-static __device__ __forceinline__ void tma_prefetch_map(const void *map)
-{
-    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
-}
 
 // ---------------------------------------------------------------- the network on one tile
 
