@@ -178,7 +178,8 @@ def full_range(weights) -> dict[str, np.ndarray]:
 
 
 WGMMA_TOP = 10            # step 19: scaled weight maxima in [2^10, 2^11) (kernels/mlp/19_wgmma_full_range.cu)
-WGMMA_SPAN = 32           # ... and nonzero magnitudes down to 2^-22: a span of 2^32 within a layer
+WGMMA_SPAN = 27           # ... and nonzero magnitudes down to 2^-17 (below, the FP16 hi is subnormal and
+                          # hi + 2^-16 lo' is off by up to 2^-36: more than 2^-19 of the weight)
 WGMMA_LO_SHIFT = 65536.0  # lo' = (w - hi) * 2^16
 WGMMA_BYTES = 38448       # PACKED_BYTES in the kernel
 
@@ -195,7 +196,7 @@ def wgmma_full_range(weights) -> dict[str, np.ndarray]:
     hi and lo' = (w - hi) 2^16 in wgmma's B layout (W1 padded to 80 inputs); layer 3 in FP32 as
     [c][e][q][o] = W3[o][8c + 2q + e]; b1, b2, b3; a header of 4 floats {2^-ew1, 2^-(16+ew1),
     2^-ew2, 2^-(16+ew2)} and int32 {exact_only, ew1, ew2, 0}: ``WGMMA_BYTES`` bytes as ``"wgmma"``.
-    ``exact_only`` is set when a layer's nonzero magnitudes span more than 2^32, a maximum is
+    ``exact_only`` is set when a layer's nonzero magnitudes span more than 2^27, a maximum is
     subnormal or the scale leaves float's range: every column then takes the kernel's FP32 path,
     which reads ``"raw"``: W1^T, b1, W2^T, b2, W3, b3 concatenated (a tile that meets a value outside
     the window takes the same path)."""

@@ -25,7 +25,7 @@
 //    float's range is flagged; the lane group holding that column pair (a warp ballot after the
 //    tile) has it recomputed by its warp on the CUDA cores in plain FP32 (exact_pair). Weights are
 //    scaled and split once on the host (max |W_l| into [2^10, 2^11)); a layer whose nonzero weights
-//    span more than 2^32 sends every column to the exact path (the host's exact_only argument).
+//    span more than 2^27 sends every column to the exact path (the host's exact_only argument).
 // 3. ReLU inside the split. hi = cvt.rz.relu(v) truncates toward zero and clamps negatives to 0,
 //    so v - hi >= 0 and lo' = cvt.rn.relu((v - hi) 2^16) keeps its sign; for v < 0 both halves are
 //    0. The ReLU costs nothing; truncation halves the top of the hidden scale (2^10, not 2^11).
