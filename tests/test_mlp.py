@@ -477,7 +477,7 @@ def test_tma_step_caches_the_descriptor_and_the_plan(monkeypatch):
 
     impl = STEPS.impl("tensor-core-fp16-tma")
     asked, launched, fell_back = [], [], []
-    monkeypatch.setattr(tensor, "x_descriptor", lambda ptr, n, promo: asked.append((ptr, n, promo)) or bytes(128))
+    monkeypatch.setattr(tensor, "x_descriptor", lambda ptr, n, promo, rows: asked.append((ptr, n, promo, rows)) or bytes(128))
 
     class Buffer:
         def set(self, host, stream=None):
@@ -511,7 +511,7 @@ def test_tma_step_caches_the_descriptor_and_the_plan(monkeypatch):
     params = impl.params()
     for _ in range(3):
         impl.launch(array(4096), array(8192), w, MlpShape(12800), params)
-    assert asked == [(8192, 12800, 256)] and len(launched) == 3 and len(impl._plans) == 1
+    assert asked == [(8192, 12800, 256, 72)] and len(launched) == 3 and len(impl._plans) == 1
     assert stream.synced == 1      # the upload has landed before any stream's kernel reads it
     stream.capturing = True        # a new x while a graph is being captured: refused, nothing asked
     with pytest.raises(ShapeError, match="before capturing"):
@@ -521,7 +521,7 @@ def test_tma_step_caches_the_descriptor_and_the_plan(monkeypatch):
     assert len(asked) == 1 and len(launched) == 4
     impl.launch(array(4096), array(16384), w, MlpShape(12800), params)
     impl.launch(array(4096), array(16384), w, MlpShape(12800), impl.params(l2_promotion=128))
-    assert asked[1:] == [(16384, 12800, 256), (16384, 12800, 128)]
+    assert asked[1:] == [(16384, 12800, 256, 72), (16384, 12800, 128, 72)]
     impl.launch(array(4096), array(8196), w, MlpShape(12800), params)     # x 4 bytes off
     impl.launch(array(4100), array(8192), w, MlpShape(12800), params)     # y 4 bytes off
     impl.launch(array(4096), array(8192), w, MlpShape(12801), params)     # N % 4 != 0
@@ -582,3 +582,54 @@ def test_wgmma_step_picks_warpgroups_by_columns_and_hands_unreadable_shapes_to_s
     assert impl.launches(MlpShape(12799), p)[0].kernel == "fullRange3xFP16Kernel"
     with pytest.raises(ParameterError, match="large_wgs"):
         impl.validate(MlpShape(4096), impl.params(large_wgs=5))
+
+
+def test_wgmma_step_caches_its_descriptor_and_checks_the_device_once(monkeypatch):
+    """Step 19 asks the driver for x's tensor map (boxes of 80 rows) once per (address, N,
+    promotion) and the device for sm_90a once; misaligned x or y and N % 4 != 0 go to step 17."""
+    import types
+
+    import cupy as cp
+
+    from kernelbook.mlp import tensor
+
+    impl = STEPS.impl("wgmma-full-range")
+    asked, launched, fell_back, devices = [], [], [], []
+    monkeypatch.setattr(tensor, "x_descriptor", lambda ptr, n, promo, rows: asked.append((ptr, n, promo, rows)) or bytes(128))
+
+    class Buffer:
+        def set(self, host, stream=None):
+            assert len(host) == 128
+
+    class Stream:
+        def is_capturing(self):
+            return False
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(cp, "empty", lambda n, dtype=None: Buffer())
+    monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: 0)
+    monkeypatch.setattr(cp.cuda.runtime, "getDeviceProperties", lambda d: devices.append(d) or {"major": 9, "minor": 0})
+    monkeypatch.setattr(cp.cuda, "get_current_stream", lambda: Stream())
+    monkeypatch.setattr(impl, "kernel", lambda name, params, problem: (lambda *a, **k: launched.append((name, a[2]))))
+    monkeypatch.setattr(impl, "_plans", {})
+    monkeypatch.setattr(impl, "_maps", {})
+    monkeypatch.setattr(impl, "_checked_devices", set())
+    monkeypatch.setattr(type(impl.fallback()), "launch", lambda self, y, x, w, shape, params, stream=None:
+                        fell_back.append(shape.N))
+
+    def array(ptr):
+        return types.SimpleNamespace(data=types.SimpleNamespace(ptr=ptr))
+
+    from kernelbook.mlp.impls import PreparedWeights
+
+    w = PreparedWeights(tuple(range(6)), {"wgmma": "wgmma", "raw": "raw", "exact_only": 1})
+    for _ in range(3):
+        impl.launch(array(4096), array(8192), w, MlpShape(12800), impl.params())
+    assert asked == [(8192, 12800, 256, 80)] and devices == [0] and len(launched) == 3
+    assert launched[0][1][2:] == ("wgmma", "raw", array(4096), np.int32(12800), np.int32(1))[:2] + launched[0][1][4:]
+    assert launched[0][1][-1] == 1   # the host's exact_only flag, no device read
+    impl.launch(array(4096), array(8196), w, MlpShape(12800), impl.params())     # x 4 bytes off
+    impl.launch(array(4096), array(8192), w, MlpShape(12801), impl.params())     # N % 4 != 0
+    assert fell_back == [12800, 12801] and len(asked) == 1

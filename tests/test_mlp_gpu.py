@@ -301,27 +301,39 @@ def test_wgmma_step_falls_back_where_the_tma_cannot_read(n, x_offset, y_offset, 
     assert calls == ([n] if own else [])
 
 
-@pytest.mark.parametrize("where", ["x tiny", "x huge column", "x mixed", "hidden tiny"])
+@pytest.mark.parametrize("where", ["x tiny", "x subnormal", "x huge column", "x zero columns", "x mixed"])
 def test_wgmma_step_recomputes_the_pairs_its_scaling_cannot_hold(where):
-    """Values the per-column scaling cannot hold (a nonzero value more than 2^27 below its
-    column's largest) send their column pair to the exact FP32 path; a column of large values is
-    simply scaled. Every output is checked against float64."""
-    n = 4096
+    """Values the per-column scaling cannot hold send their column pair to the exact FP32 path; the
+    cases are built so that a pair left on the fast path would be visibly wrong: the value that
+    cannot be held carries the column's outputs (its weights are large, the column's largest
+    input meets zero weights). A column of large values is simply scaled; zero columns stay exact.
+    Every output is checked against float64."""
+    n = 256
     x = data.make_signals(n, 21)
-    host_w = data.make_weights(7)
-    if where == "x tiny":
-        x[5, 70] = 1e-12                             # 2^-40 below its column
+    W1, b1, W2, b2, W3, b3 = (w.copy() for w in data.make_weights(7))
+    if where == "x tiny":                 # 1e-7 beside 1e4 in every column (2^36 apart), the rest zero
+        tiny = np.float32(1e-7) * x[5, :]
+        x[:] = 0.0
+        x[3, :], x[5, :] = np.float32(1e4), tiny
+        W1[:, 3] = 0.0
+        b1[:], b2[:], b3[:] = 0.0, 0.0, 0.0
+    elif where == "x subnormal":          # a column's largest is 2^-101, the rest subnormal
+        x[:] = 0.0
+        x[0, :] = np.float32(2.0**-101)
+        x[1, :] = (np.abs(x[1:2, :]) + 0.5) * np.float32(2.0**-128) * data.make_signals(n, 4)[1]
+        W1 *= np.float32(2.0**100)
+        W1[:, 0] = 0.0
+        b1[:], b2[:], b3[:] = 0.0, 0.0, 0.0
     elif where == "x huge column":
-        x[:, 1000] *= np.float32(3e4)
-    elif where == "x mixed":
+        x[:, 100] *= np.float32(3e4)
+    elif where == "x zero columns":
+        x[:, 64:128] = 0.0
+    else:                                 # every element 1e-6 .. 1e6: every pair flagged
         rng = np.random.default_rng(3)
-        x = (x * (10.0 ** rng.uniform(-6, 6, size=x.shape))).astype(np.float32)   # every pair flagged
-    else:                                            # a layer-1 output just above zero in column 9
-        W1, b1, *rest = host_w
-        b1 = b1.copy()
-        z = (W1.astype(np.float64) @ x[:, 9].astype(np.float64)) + b1
-        b1[0] = np.float32(-z[0] + 2.0 ** -30 + b1[0])
-        host_w = (W1, b1, *rest)
+        x = (x * (10.0 ** rng.uniform(-6, 6, size=x.shape))).astype(np.float32)
+    host_w = (W1, b1, W2, b2, W3, b3)
+    assert not STEPS.impl("wgmma-full-range").exact_only(STEPS.impl("wgmma-full-range").prepare_weights(
+        tuple(__import__("cupy").asarray(w) for w in host_w)))   # the fast path's own flags, not the weights'
     got, ref = _wgmma_case(n, x_host=x, host_w=host_w)
     assert reference.rel_l2(got, ref) <= 1e-5
 

@@ -185,7 +185,78 @@ class FinalFullRange(MlpImpl):
         return bool(prepared.extra["split"][-8:-4].get().view(np.int32)[0])
 
 
-class TensorCoreHalfTma(MlpImpl):
+class TmaFed(MlpImpl):
+    """What steps 18 and 19 share: x read by the TMA in boxes of 32 columns x ``BOX_ROWS`` rows (the
+    rows past 71 and the columns past N read as zeros), its descriptor from the driver once per
+    (device, address, N, promotion) and kept in device memory; ``switch_columns`` and
+    ``l2_promotion`` checked; shapes the TMA cannot read (N % 4 != 0, x or y not 16-byte aligned)
+    handed to an earlier step (``FALLBACK``) with that step's defaults."""
+
+    FALLBACK = ""
+    BOX_ROWS = 72
+    IN_ROWS = 71
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._plans: dict = {}
+        self._maps: dict = {}
+
+    def check_switch(self, params, fix: str) -> None:
+        _int_param(params, "l2_promotion", tuple(tma.L2_PROMOTION), "pass l2_promotion=256 (bytes: 0, 64, 128 or 256).")
+        limits.finite_number("switch_columns", params["switch_columns"], 0, 2**31 - 1, example="65536")
+        if not isinstance(params["switch_columns"], (int, np.integer)):
+            raise ParameterError(f"switch_columns={params['switch_columns']!r} is not a whole number.", fix)
+
+    def validate(self, shape, params):
+        self.check_params(params)
+        self.check_launches(shape, params)
+
+    def uses_tma(self, shape) -> bool:
+        """Whether N lets the TMA read x (row stride 4 N a multiple of 16 bytes); the arrays' own
+        alignment is checked per call."""
+        return shape.N % 4 == 0
+
+    def readable(self, shape, x, y) -> bool:
+        return shape.N % 4 == 0 and x.data.ptr % 16 == 0 and y.data.ptr % 16 == 0
+
+    def fallback(self):
+        return self.other(self.FALLBACK)
+
+    def fallback_params(self) -> dict:
+        found = getattr(self, "_fallback_params", None)
+        if found is None:
+            found = self._fallback_params = self.fallback().params()
+        return found
+
+    def source_for(self, params, problem) -> str:
+        return self.source if self.uses_tma(problem) else self.fallback().source
+
+    def x_map(self, x, n: int, promotion: int, stream=None):
+        """x's TMA descriptor in device memory: from the driver once per (device, address, N,
+        promotion), i.e. per array a caller passes; the same bytes for any array at that address
+        and size, so a freed and reallocated x reuses it correctly."""
+        import cupy as cp
+
+        key = (cp.cuda.runtime.getDevice(), x.data.ptr, n, promotion)
+        found = self._maps.get(key)
+        if found is None:
+            on = stream or cp.cuda.get_current_stream()
+            if on.is_capturing():
+                # the upload would become a graph node reading a host buffer that is gone by replay
+                raise ShapeError("A call with an x this step has not seen yet is being captured into a CUDA graph: "
+                                 "its TMA descriptor must be uploaded first.",
+                                 "call the step once with this x (same array, same N) before capturing.")
+            raw = x_descriptor(x.data.ptr, n, promotion, self.BOX_ROWS)
+            found = cp.empty(len(raw), dtype=cp.uint8)
+            found.set(np.frombuffer(raw, dtype=np.uint8), stream=on)
+            on.synchronize()   # landed before any stream's kernel reads it
+            # Kept for the life of the step object, never freed: a captured graph may hold its address
+            # (128 bytes of device memory per distinct x address and N).
+            self._maps[key] = found
+        return found
+
+
+class TensorCoreHalfTma(TmaFed):
     """Step 18: step 14's FP16 network with x brought into shared memory by the TMA. Up to
     ``switch_columns`` columns the per-warp ring kernel (``ring_*``: warps per block, slots per
     warp, blocks per SM, also its ``__launch_bounds__`` minimum), above it the block-level stages
@@ -218,12 +289,6 @@ class TensorCoreHalfTma(MlpImpl):
     TILE_BYTES = 72 * 128       # one box: 72 rows x 32 float columns (kernels/mlp/tma_fp16.cuh)
     ALIGN_SLACK = 1024          # the tiles start 1,024-byte aligned inside the dynamic shared memory
     WEIGHT_BYTES = 20000        # step 14's packed weights, static shared memory
-    IN_ROWS = 71
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._plans: dict = {}
-        self._maps: dict = {}
 
     # ------------------------------------------------------------------ parameters and shapes
     def check_params(self, params):
@@ -234,32 +299,10 @@ class TensorCoreHalfTma(MlpImpl):
         _int_param(params, "stage_warps", range(1, 17), "pass stage_warps between 1 and 16 (e.g. 8).")
         _int_param(params, "stages", range(1, 9), "pass stages between 1 and 8 (e.g. 2).")
         _int_param(params, "stage_blocks_per_sm", range(1, 5), "pass stage_blocks_per_sm between 1 and 4.")
-        _int_param(params, "l2_promotion", tuple(tma.L2_PROMOTION), "pass l2_promotion=256 (bytes: 0, 64, 128 or 256).")
-        limits.finite_number("switch_columns", params["switch_columns"], 0, 2**31 - 1, example="65536")
-        if not isinstance(params["switch_columns"], (int, np.integer)):
-            raise ParameterError(f"switch_columns={params['switch_columns']!r} is not a whole number.",
-                                 "pass switch_columns=65536 (columns; the ring kernel up to it, stages above).")
-
-    def validate(self, shape, params):
-        self.check_params(params)
-        self.check_launches(shape, params)
-
-    def uses_tma(self, shape) -> bool:
-        """Whether N lets the TMA read x (row stride 4 N a multiple of 16 bytes); the arrays' own
-        alignment is checked per call."""
-        return shape.N % 4 == 0
+        self.check_switch(params, "pass switch_columns=65536 (columns; the ring kernel up to it, stages above).")
 
     def ring(self, shape, params) -> bool:
         return shape.N <= params["switch_columns"]
-
-    def fallback(self):
-        return self.other(self.FALLBACK)
-
-    def fallback_params(self) -> dict:
-        found = getattr(self, "_fallback_params", None)
-        if found is None:
-            found = self._fallback_params = self.fallback().params()
-        return found
 
     def defines(self, params, shape):
         if not self.uses_tma(shape):
@@ -267,9 +310,6 @@ class TensorCoreHalfTma(MlpImpl):
         return {"RING_WARPS": params["ring_warps"], "RING_SLOTS": params["ring_slots"],
                 "RING_MIN_BLOCKS": params["ring_blocks_per_sm"], "STAGE_WARPS": params["stage_warps"],
                 "STAGES": params["stages"]}
-
-    def source_for(self, params, problem) -> str:
-        return self.source if self.uses_tma(problem) else self.fallback().source
 
     @per_shape
     def launches(self, shape, params):
@@ -301,34 +341,10 @@ class TensorCoreHalfTma(MlpImpl):
         if self.uses_tma(problem):
             self.planned(problem, params)
 
-    def x_map(self, x, n: int, promotion: int, stream=None):
-        """x's TMA descriptor in device memory: from the driver once per (device, address, N,
-        promotion), i.e. per array a caller passes; the same bytes for any array at that address
-        and size, so a freed and reallocated x reuses it correctly."""
-        import cupy as cp
-
-        key = (cp.cuda.runtime.getDevice(), x.data.ptr, n, promotion)
-        found = self._maps.get(key)
-        if found is None:
-            on = stream or cp.cuda.get_current_stream()
-            if on.is_capturing():
-                # the upload would become a graph node reading a host buffer that is gone by replay
-                raise ShapeError("A call with an x this step has not seen yet is being captured into a CUDA graph: "
-                                 "its TMA descriptor must be uploaded first.",
-                                 "call the step once with this x (same array, same N) before capturing.")
-            raw = x_descriptor(x.data.ptr, n, promotion)
-            found = cp.empty(len(raw), dtype=cp.uint8)
-            found.set(np.frombuffer(raw, dtype=np.uint8), stream=on)
-            on.synchronize()   # landed before any stream's kernel reads it
-            # Kept for the life of the step object, never freed: a captured graph may hold its address
-            # (128 bytes of device memory per distinct x address and N).
-            self._maps[key] = found
-        return found
-
     # ------------------------------------------------------------------ the call
     def launch(self, y, x, weights, shape, params, stream=None):
         w = self.prepare_weights(weights)
-        if shape.N % 4 or x.data.ptr % 16 or y.data.ptr % 16:
+        if not self.readable(shape, x, y):
             return self.fallback().launch(y, x, w, shape, self.fallback_params(), stream=stream)
         fn, launch = self.planned(shape, params)
         x_map = self.x_map(x, shape.N, params["l2_promotion"], stream)   # a new x's descriptor lands on this stream
@@ -342,14 +358,15 @@ class TensorCoreHalfTma(MlpImpl):
         return (self.x_map(x, shape.N, params["l2_promotion"]), w.extra["packed"], y, np.int32(shape.N))
 
 
-def x_descriptor(address: int, n: int, promotion: int) -> bytes:
-    """The TMA descriptor of x (71 x n float32, row-major) for step 18: boxes of 32 columns x 72
-    rows (row 71 lies outside the tensor: the TMA fills it with zeros, as it does columns past n)."""
-    return tma.tensor_map(address, tma.DT_FLOAT32, [n, TensorCoreHalfTma.IN_ROWS], [4 * n], [32, 72],
+def x_descriptor(address: int, n: int, promotion: int, rows: int = 72) -> bytes:
+    """The TMA descriptor of x (71 x n float32, row-major): boxes of 32 columns x ``rows`` rows
+    (72 for step 18, 80 for step 19; the rows past 71 lie outside the tensor: the TMA fills them
+    with zeros, as it does columns past n)."""
+    return tma.tensor_map(address, tma.DT_FLOAT32, [n, TmaFed.IN_ROWS], [4 * n], [32, rows],
                           l2_promotion=promotion, fix="pass x as a C-contiguous (71, N) float32 CuPy array.")
 
 
-class WgmmaFullRange(MlpImpl):
+class WgmmaFullRange(TmaFed):
     """Step 19: FP32-accurate over float's whole range on Hopper's warpgroup MMA (wgmma, sm_90a).
     Warpgroups of 128 threads take 64-column tiles that the TMA brings into shared memory (two
     stages per warpgroup); x and the first hidden layer are scaled per column by a power of two and
@@ -372,7 +389,7 @@ class WgmmaFullRange(MlpImpl):
     WEIGHT_SPAN = 38912         # the packed weights rounded up to 1,024 bytes (kernels/mlp/19_wgmma_full_range.cu)
     STAGE_BYTES = 2 * 80 * 128  # one 64-column tile of x: two TMA boxes of 32 columns x 80 rows
     ALIGN_SLACK = 1024
-    IN_ROWS = 71
+    BOX_ROWS = 80
 
     @staticmethod
     def packing(host_weights):
@@ -382,48 +399,21 @@ class WgmmaFullRange(MlpImpl):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._plans: dict = {}
-        self._maps: dict = {}
         self._checked_devices: set = set()
 
     # ------------------------------------------------------------------ parameters and shapes
     def check_params(self, params):
         for name in ("small_wgs", "large_wgs"):
             _int_param(params, name, range(1, 5), f"pass {name} between 1 and 4 (warpgroups of 128 threads per block).")
-        _int_param(params, "l2_promotion", tuple(tma.L2_PROMOTION), "pass l2_promotion=256 (bytes: 0, 64, 128 or 256).")
-        limits.finite_number("switch_columns", params["switch_columns"], 0, 2**31 - 1, example="65536")
-        if not isinstance(params["switch_columns"], (int, np.integer)):
-            raise ParameterError(f"switch_columns={params['switch_columns']!r} is not a whole number.",
-                                 "pass switch_columns=65536 (columns; small_wgs up to it, large_wgs above).")
-
-    def validate(self, shape, params):
-        self.check_params(params)
-        self.check_launches(shape, params)
-
-    def uses_tma(self, shape) -> bool:
-        """Whether N lets the TMA read x (a row of 4 N bytes, a multiple of 16); the arrays' own
-        alignment is checked per call."""
-        return shape.N % 4 == 0
+        self.check_switch(params, "pass switch_columns=65536 (columns; small_wgs up to it, large_wgs above).")
 
     def wgs(self, shape, params) -> int:
         return params["small_wgs"] if shape.N <= params["switch_columns"] else params["large_wgs"]
-
-    def fallback(self):
-        return self.other(self.FALLBACK)
-
-    def fallback_params(self) -> dict:
-        found = getattr(self, "_fallback_params", None)
-        if found is None:
-            found = self._fallback_params = self.fallback().params()
-        return found
 
     def defines(self, params, shape):
         if not self.uses_tma(shape):
             return self.fallback().defines(self.fallback_params(), shape)
         return {"WGS": self.wgs(shape, params)}
-
-    def source_for(self, params, problem) -> str:
-        return self.source if self.uses_tma(problem) else self.fallback().source
 
     @per_shape
     def launches(self, shape, params):
@@ -433,7 +423,7 @@ class WgmmaFullRange(MlpImpl):
         work = -(-(-(-shape.N // 64)) // wgs)                       # blocks' worth of 64-column tiles
         return [Launch(self.kernel_names[0], (self.persistent_grid(work, 1), 1, 1), (128 * wgs, 1, 1),
                        dynamic_smem=self.ALIGN_SLACK + self.WEIGHT_SPAN + wgs * 2 * self.STAGE_BYTES,
-                       static_smem=8 * (1 + 2 * wgs), min_blocks=1)]
+                       static_smem=8 * (1 + 4 * wgs), min_blocks=1)]
 
     # ------------------------------------------------------------------ building
     def kernel(self, name, params, problem):
@@ -463,35 +453,13 @@ class WgmmaFullRange(MlpImpl):
                                  "run it on an H100 or H200, or use step final-full-range.")
         self._checked_devices.add(device)
 
-    def x_map(self, x, n: int, promotion: int, stream=None):
-        """x's TMA descriptor (boxes of 32 columns x 80 rows; rows 71-79 and columns past n are
-        read as zeros) in device memory, from the driver once per (device, address, N, promotion);
-        kept for the life of the step object, as step 18 keeps its own."""
-        import cupy as cp
-
-        key = (cp.cuda.runtime.getDevice(), x.data.ptr, n, promotion)
-        found = self._maps.get(key)
-        if found is None:
-            on = stream or cp.cuda.get_current_stream()
-            if on.is_capturing():
-                raise ShapeError("A call with an x this step has not seen yet is being captured into a CUDA graph: "
-                                 "its TMA descriptor must be uploaded first.",
-                                 "call the step once with this x (same array, same N) before capturing.")
-            raw = tma.tensor_map(x.data.ptr, tma.DT_FLOAT32, [n, self.IN_ROWS], [4 * n], [32, 80],
-                                 l2_promotion=promotion, fix="pass x as a C-contiguous (71, N) float32 CuPy array.")
-            found = cp.empty(len(raw), dtype=cp.uint8)
-            found.set(np.frombuffer(raw, dtype=np.uint8), stream=on)
-            on.synchronize()
-            self._maps[key] = found
-        return found
-
     # ------------------------------------------------------------------ the call
     def launch(self, y, x, weights, shape, params, stream=None):
         w = self.prepare_weights(weights)
-        if shape.N % 4 or x.data.ptr % 16 or y.data.ptr % 16:
+        if not self.readable(shape, x, y):
             return self.fallback().launch(y, x, w, shape, self.fallback_params(), stream=stream)
+        self._check_device()   # before the sm_90a module is loaded: another GPU gets the error that says why
         fn, launch = self.planned(shape, params)
-        self._check_device()
         x_map = self.x_map(x, shape.N, params["l2_promotion"], stream)
         fn(launch.grid, launch.block, self._args(x_map, x, w, y, shape),
            shared_mem=launch.dynamic_smem, stream=stream)

@@ -21,11 +21,14 @@
 //    of its bits, an error below 2^-35 absolute, so every nonzero value must be at least 2^-16
 //    (2^-17 for x, whose hi is rounded, not truncated) to stay within 2^-19 of itself, the bound
 //    step 17 works to. Hence the spans: a column whose nonzero values lie more than 2^27 (x) or
-//    2^25 (hidden) below its largest, a value that is not finite, or a scale that would leave
+//    2^25 (hidden) below its largest or subnormal, an infinite value, or a scale that would leave
 //    float's range is flagged; the lane group holding that column pair (a warp ballot after the
 //    tile) has it recomputed by its warp on the CUDA cores in plain FP32 (exact_pair). Weights are
 //    scaled and split once on the host (max |W_l| into [2^10, 2^11)); a layer whose nonzero weights
 //    span more than 2^27 sends every column to the exact path (the host's exact_only argument).
+//    The analysis covers how each value is represented; the tensor cores add the products in FP32
+//    with their own (not IEEE) rounding of the sums, as for steps 13, 15 and 17: the range test
+//    measures the result.
 // 3. ReLU inside the split. hi = cvt.rz.relu(v) truncates toward zero and clamps negatives to 0,
 //    so v - hi >= 0 and lo' = cvt.rn.relu((v - hi) 2^16) keeps its sign; for v < 0 both halves are
 //    0. The ReLU costs nothing; truncation halves the top of the hidden scale (2^10, not 2^11).
@@ -39,8 +42,9 @@
 // gives k for both, so the A of a k-step is four loads, conflict-free under the swizzle.
 //
 // Block: WGS warpgroups (128 WGS threads), each with its own two x stages (40 KB), persistent over
-// tiles of 64 columns; every warpgroup prefetches its next tile into the other stage while it
-// works on this one. Shared memory: the packed weights (38,448 bytes, one bulk copy at the start,
+// tiles of 64 columns; every warpgroup keeps its next two tiles on their way (one per stage): a
+// stage is refilled once its four warps have read it (an "empty" barrier per stage) and layer 1's
+// products are done. Shared memory: the packed weights (38,448 bytes, one bulk copy at the start,
 // laid out by kernelbook/mlp/pack.py:wgmma_full_range), then the stages; 1,024-byte aligned.
 // Arguments: x's tensor map (global memory), x, the packed weights, the FP32 weights for the exact
 // path (W1^T b1 W2^T b2 W3 b3), y, n, exact_only. Needs n % 4 == 0 and x, y 16-byte
@@ -65,7 +69,7 @@
 // x 2 core matrices x 8 rows x 8 halves (2,048 bytes); layer 3 in FP32 as [c][e][q][o]
 // (W3[o][8c + 2q + e] as float4 over o: the four lanes q of a row group read 64 consecutive bytes;
 // as [q][c][e][o], 256 bytes apart, they hit the same banks, a 4-way conflict, measured); the
-// biases; a header of 4 floats {2^-ew1, 2^-(16+ew1), 2^-ew2, 2^-(16+ew2)} and {exact_only, 0, 0, 0}.
+// biases; a header of 4 floats {2^-ew1, 2^-(16+ew1), 2^-ew2, 2^-(16+ew2)} and {exact_only, ew1, ew2, 0}.
 #define W1_HI 0
 #define W1_LO 10240
 #define W2_HI 20480
@@ -120,8 +124,9 @@ static __device__ __forceinline__ float pow2f(int e)   // 2^e for -126 <= e <= 1
 // A column's scale from its largest magnitude `mx` and its smallest nonzero one (`mn`: the smallest
 // of 2 |v|bits - 2 as unsigned, where a zero wraps to the top), reduced first over the four lanes
 // (q) that share the column. Returns s with max |v| 2^s in [2^(top-127), 2^(top-126)); `bad` when
-// a nonzero value lies more than 2^span below the largest, a value is not finite, or the scale or
-// the epilogue's factor 2^-(ew + s) (and 2^-(16 + ew + s)) would leave float's normal range.
+// a nonzero value lies more than 2^span below the largest or is subnormal, a value is infinite, or
+// the scale or the epilogue's factor 2^-(ew + s) (and 2^-(16 + ew + s)) would leave float's normal
+// range. (A NaN is outside the contract of finite data: it is not flagged and propagates.)
 static __device__ __forceinline__ int column_scale(float mx, unsigned mn, int top, int span, int ew, bool &bad)
 {
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -129,12 +134,13 @@ static __device__ __forceinline__ int column_scale(float mx, unsigned mn, int to
     mn = min(mn, __shfl_xor_sync(0xffffffffu, mn, 1));
     mn = min(mn, __shfl_xor_sync(0xffffffffu, mn, 2));
     const int emx = __float_as_int(mx) >> 23;
-    if (emx == 0) {               // all zero (or only subnormals: those are bad)
-        bad |= mn != 0xffffffffu;
+    if (emx == 0) {               // all zero (zeros code as 0xfffffffe, none as all ones), or subnormals: bad
+        bad |= mn < 0xfffffffeu;
         return 0;
     }
+    // emn == 0: a subnormal value, which no scale within the limits below would carry to 2^-19
     const int emn = (int)((mn + 2u) >> 24), sc = top - emx;
-    bad |= emx == 255 || emn < emx - span || sc > 120 || sc < -120 || ew + sc > 100 || ew + sc < -100;
+    bad |= emx == 255 || emn == 0 || emn < emx - span || sc > 120 || sc < -120 || ew + sc > 100 || ew + sc < -100;
     return max(-120, min(120, sc));
 }
 
@@ -218,6 +224,45 @@ static __device__ __forceinline__ void exact_pair(const float *__restrict__ x, c
     }
 }
 
+// One layer on the tensor cores: per k-step j, acc_lo (=|+=) lo' x hi + hi x lo', acc (=|+=) hi x hi,
+// B at byte offsets hi_at / lo_at of the weights (2,048 bytes a k-step); returns when the products
+// are done (then layer_done ties A's registers and the accumulators to that point for the compiler).
+template <int KS>
+static __device__ __forceinline__ void layer_wgmma(float (&acc)[32], float (&acc_lo)[32], const unsigned (&ah)[KS][4],
+                                                   const unsigned (&al)[KS][4], unsigned desc_lo, unsigned desc_hi,
+                                                   unsigned hi_at, unsigned lo_at)
+{
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < KS; ++j) {
+        const unsigned long long b_hi = desc_at(desc_lo, desc_hi, hi_at + 2048 * j);
+        const unsigned long long b_lo = desc_at(desc_lo, desc_hi, lo_at + 2048 * j);
+        wgmma_m64n64k16(acc_lo, al[j], b_hi, j > 0);
+        wgmma_m64n64k16(acc_lo, ah[j], b_lo, 1);
+        wgmma_m64n64k16(acc, ah[j], b_hi, j > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+}
+
+template <int KS>
+static __device__ __forceinline__ void layer_done(float (&acc)[32], float (&acc_lo)[32], unsigned (&ah)[KS][4],
+                                                  unsigned (&al)[KS][4])
+{
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        fence_reg(acc[i]);
+        fence_reg(acc_lo[i]);
+    }
+#pragma unroll
+    for (int j = 0; j < KS; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            fence_reg(ah[j][r]);
+            fence_reg(al[j][r]);
+        }
+}
+
 // One x tile (64 columns from col0) into a stage: two boxes, one barrier; the second box only if
 // it holds a column below n (the warps of a box past n compute on stale values and store nothing).
 static __device__ __forceinline__ void load_tile(unsigned stage, const void *x_map, int col0, int n, unsigned bar)
@@ -233,7 +278,7 @@ wgmmaFullRangeKernel(const void *x_map, const float *__restrict__ x, const uint4
                      const float *__restrict__ raw, float *__restrict__ y, int n, int exact_only)
 {
     extern __shared__ unsigned char dyn[];
-    __shared__ __align__(8) unsigned long long bars[1 + 2 * WGS];
+    __shared__ __align__(8) unsigned long long bars[1 + 4 * WGS];   // weights; per warpgroup full[2], empty[2]
     const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32, lane = tid % 32;
     const int g = lane / 4, q = lane % 4;
     const int tiles = (n + 63) / 64, stride = gridDim.x * WGS;
@@ -248,10 +293,10 @@ wgmmaFullRangeKernel(const void *x_map, const float *__restrict__ x, const uint4
     const unsigned base = (smem_addr(dyn) + 1023u) & ~1023u;
     const unsigned char *wts = dyn + (base - smem_addr(dyn));
     const unsigned stage0 = base + WEIGHTS_SPAN + wg * 2 * STAGE_BYTES;
-    const unsigned wbar = smem_addr(&bars[0]), xbar = smem_addr(&bars[1 + 2 * wg]);
+    const unsigned wbar = smem_addr(&bars[0]), xbar = smem_addr(&bars[1 + 4 * wg]), ebar = xbar + 16;
     if (tid == 0) {
         tma_prefetch_map(x_map);
-        for (int i = 0; i < 1 + 2 * WGS; ++i) barrier_init(smem_addr(&bars[i]), 1);
+        for (int i = 0; i < 1 + 4 * WGS; ++i) barrier_init(smem_addr(&bars[i]), (i > 0 && (i - 1) % 4 >= 2) ? 4 : 1);
         barrier_init_fence();
     }
     __syncthreads();
@@ -302,6 +347,8 @@ wgmmaFullRangeKernel(const void *x_map, const float *__restrict__ x, const uint4
                 track_x(xv[j][t].x, mx0, mn0);
                 track_x(xv[j][t].y, mx1, mn1);
             }
+        __syncwarp();   // the warp's reads of the stage are done (and ordered before the arrival)
+        if (lane == 0) barrier_arrive(ebar + 8 * s);
         bool bad = false;
         const int sx0 = column_scale(mx0, mn0, X_TOP, X_SPAN, ew1, bad), sx1 = column_scale(mx1, mn1, X_TOP, X_SPAN, ew1, bad);
         const float px0 = pow2f(sx0), px1 = pow2f(sx1);
@@ -318,32 +365,14 @@ wgmmaFullRangeKernel(const void *x_map, const float *__restrict__ x, const uint4
         const float e0[2] = {c0_1 * u0, c0_1 * u1}, e1[2] = {c1_1 * u0, c1_1 * u1};
 
         float acc[32], acc_lo[32];
-        wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < K1_STEPS; ++j) {
-            const unsigned long long b_hi = desc_at(desc_lo, desc_hi, W1_HI + 2048 * j);
-            const unsigned long long b_lo = desc_at(desc_lo, desc_hi, W1_LO + 2048 * j);
-            wgmma_m64n64k16(acc_lo, xl[j], b_hi, j > 0);
-            wgmma_m64n64k16(acc_lo, xh[j], b_lo, 1);
-            wgmma_m64n64k16(acc, xh[j], b_hi, j > 0);
+        layer_wgmma<K1_STEPS>(acc, acc_lo, xh, xl, desc_lo, desc_hi, W1_HI, W1_LO);
+        // Layer 1's wgmmas are done and the stage's empty barrier says all four warps have read it:
+        // it takes the tile after next.
+        if (wtid == 0 && tile + 2 * stride < tiles) {
+            barrier_wait(ebar + 8 * s, (it >> 1) & 1);   // all four warps have read it (almost always so by now)
+            load_tile(stage, x_map, (tile + 2 * stride) * 64, n, xbar + 8 * s);
         }
-        wgmma_commit();
-        wgmma_wait<0>();
-        // Layer 1's wgmmas are done, so every warp of the group has read this stage (their A came
-        // from it): it takes the tile after next. No barrier between the four warps is needed.
-        if (wtid == 0 && tile + 2 * stride < tiles) load_tile(stage, x_map, (tile + 2 * stride) * 64, n, xbar + 8 * s);
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            fence_reg(acc[i]);
-            fence_reg(acc_lo[i]);
-        }
-#pragma unroll
-        for (int j = 0; j < K1_STEPS; ++j)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                fence_reg(xh[j][r]);
-                fence_reg(xl[j][r]);
-            }
+        layer_done<K1_STEPS>(acc, acc_lo, xh, xl);
 
         // ---- layer 2: A from layer 1's accumulators: bias and unscale (true values in FP32), a scale
         // per column, then the split with the ReLU in it
@@ -372,29 +401,8 @@ wgmmaFullRangeKernel(const void *x_map, const float *__restrict__ x, const uint4
         }
         const float f0[2] = {c0_2 * pow2f(-sh[0]), c0_2 * pow2f(-sh[1])};
         const float f1[2] = {c1_2 * pow2f(-sh[0]), c1_2 * pow2f(-sh[1])};
-        wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < K2_STEPS; ++j) {
-            const unsigned long long b_hi = desc_at(desc_lo, desc_hi, W2_HI + 2048 * j);
-            const unsigned long long b_lo = desc_at(desc_lo, desc_hi, W2_LO + 2048 * j);
-            wgmma_m64n64k16(acc_lo, hl[j], b_hi, j > 0);
-            wgmma_m64n64k16(acc_lo, hh[j], b_lo, 1);
-            wgmma_m64n64k16(acc, hh[j], b_hi, j > 0);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            fence_reg(acc[i]);
-            fence_reg(acc_lo[i]);
-        }
-#pragma unroll
-        for (int j = 0; j < K2_STEPS; ++j)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                fence_reg(hh[j][r]);
-                fence_reg(hl[j][r]);
-            }
+        layer_wgmma<K2_STEPS>(acc, acc_lo, hh, hl, desc_lo, desc_hi, W2_HI, W2_LO);
+        layer_done<K2_STEPS>(acc, acc_lo, hh, hl);
 
         // ---- layer 3 in FP32: p[o][r] = sum over this lane's 16 hidden units of W3[o][.] h2[row r]
         float p[OUT][2];
