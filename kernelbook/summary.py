@@ -110,7 +110,8 @@ def leaderboard(study):
         size = part["Size"].iloc[0]
         display(styled(part.drop(columns=[study.case_header, "Size", "timing"]),
                        f"{study.title}, {study.case_header.lower()} {case} at size {size}: every step (medians). "
-                       f"'% of its floor' uses the ceilings measured in the step's run and the rate of the unit it "
+                       f"'% of its floor' uses the ceilings measured in the step's run (the newest recorded ones "
+                       f"when it measured none) and the rate of the unit it "
                        f"runs on (see each profiles page); 'vs X' is X's time / the step's (above 1: the step is "
                        f"faster; † the library was timed in another run than the step, on the same device "
                        f"model).{_timing_caption(part['timing'])}"))
@@ -303,7 +304,8 @@ def targets(study):
         frame = frame.drop(columns=["Limit set by"])
     return styled(frame, wrap=True, caption=f"{study.title}: each target, where its limit comes from, and the numbers it is judged "
                          "beside ('Its floor': the least time the case can take on this device at the rate of the "
-                         "step's unit, from the ceilings measured in the step's run)." + source_note)
+                         "step's unit, from the ceilings measured in the step's run, or the newest recorded ones when "
+                         "that run measured none)." + source_note)
 
 
 def banner(*studies):

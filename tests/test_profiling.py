@@ -675,3 +675,34 @@ def test_rows_of_an_older_compiler_report_built_for_another_kernel_are_not_shown
     assert compiler.stale_cases(chapter("fp32-register-tiled"), old) == []
     new = [dict(r, built_for=STUDY.size_of(r["layer"], 1), kernel="tmaStagesHalfKernel") for r in old]
     assert compiler.stale_cases(chapter("tensor-core-fp16-tma"), new) == []
+
+
+@pytest.mark.parametrize("study_module", ["kernelbook.lenet", "kernelbook.vgg", "kernelbook.mlp"])
+def test_no_recorded_step_beats_its_floor(study_module):
+    """A floor is the least time a case can take at the device's measured rates. The rates are
+    measured (a library GEMM, a copy), so a kernel may beat them by a few percent (VGG's Hopper
+    TF32 step beats the measured TF32 GEMM rate by about 2 %); a step more than a tenth under its
+    floor means a wrong ceiling or a wrong operation count: a graph-captured memcpy once measured
+    the copy engines' rate and put the FP16 floor 14 % above step 18's time, and Winograd's floor
+    counted the direct convolution's products."""
+    import importlib
+
+    from kernelbook.evidence.ceilings import ceilings_for
+    from kernelbook.evidence.floor import floor_ms, step_math
+    from kernelbook.report import ANY_BATCH, find_record
+    from kernelbook.stepdata import load_recorded
+    from kernelbook.summary import evaluate_targets
+
+    study = importlib.import_module(study_module).STUDY
+    checked = 0
+    for t in evaluate_targets(study):
+        if t["best"] is None:
+            continue
+        chapter = load_recorded(study, t["best"][0])
+        for case in t.get("cases") or [t["case"]]:
+            rec = find_record(chapter.records, study.time_metric, case, t["size"] if t.get("size") else ANY_BATCH)
+            floor = floor_ms(study.problem(case, rec["size"]), ceilings_for(t["best"][2]), step_math(chapter, case))
+            if floor is not None:
+                checked += 1
+                assert rec["value"] >= 0.9 * floor, (t["what"], case, rec["value"], floor)
+    assert checked or study_module != "kernelbook.mlp"

@@ -22,13 +22,22 @@ UNITS = {"fp32": ("fp32_gflops", 1.0), "fp16x2": ("fp32_gflops", 0.5), "tf32": (
          "tf32+2xbf16": ("tf32_tensor_gflops", 2.0)}
 
 
+def unit(math: str) -> tuple[str, float]:
+    """(ceiling, products per product) of ``math``: a name of ``UNITS``, or ``NAME*F`` for a step
+    that spends F of NAME's products per direct product (Winograd F(2x2, KxK) in FP32:
+    ``fp32*0.36`` at K = 5, (K+1)^2 multiplies per 4 K^2)."""
+    name, _, factor = math.partition("*")
+    rate, cost = UNITS[name]
+    return rate, cost * (float(factor) if factor else 1.0)
+
+
 def floor_ms(problem, ceilings, math: str = "fp32") -> float | None:
     """max(bytes / bandwidth, FLOPs / rate of the unit ``math``) in ms; ``ceilings`` is a
     ``Ceilings`` or a dict; None when a ceiling is missing. ``fp16x2`` (``__half2`` FMAs on CUDA
     cores) does two products per FP32 slot; ``3xtf32``/``3xfp16`` spend three tensor-core
     products per product, ``tf32+2xbf16`` one TF32 and two BF16 products (two TF32 products' time)."""
     values = ceilings.values if isinstance(ceilings, Ceilings) else ceilings
-    rate_name, cost = UNITS[math]
+    rate_name, cost = unit(math)
     bandwidth, speed = values.get("copy_gbs"), values.get(rate_name)
     if not bandwidth or not speed:
         return None

@@ -128,12 +128,12 @@ class VggStudy(Study):
         op = find_record(chapter.records, "op_time_ms", "B1")
         if op is not None:
             from ..evidence.ceilings import ceilings_for
-            from ..evidence.floor import UNITS, floor_ms, step_math
+            from ..evidence.floor import floor_ms, step_math, unit
 
             math = step_math(chapter, "B1")
             floor = floor_ms(self.problem("B1", op["size"]), ceilings_for(chapter), math)
             if floor is not None:
-                rate, cost = UNITS[math]
+                rate, cost = unit(math)
                 label = {"fp32_gflops": "FP32 FMA", "tf32_tensor_gflops": "TF32 tensor-core",
                          "fp16_tensor_gflops": "FP16 tensor-core"}.get(rate, rate)
                 spent = "" if cost == 1 else f", {cost:g} such products per product"
