@@ -517,7 +517,7 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
         if (study, impl.slug) in DEVICE_FACTS:
             entry["device"] = fake_device(shape, m)
         if (study, impl.slug) == ("mlp", "wgmma-full-range"):   # no device to ask for sm_90a; step 17's
-            m.setattr(impl, "_check_device", lambda: log.append({"check_device": "sm_90a"}))   # plans afresh
+            m.setattr(impl, "check_device", lambda: log.append({"check_device": "sm_90a"}))   # plans afresh
             m.setattr(impl.fallback(), "_plans", {}, raising=False)
         impl.prepare(params, problem)
         entry["prepared"] = sorted(set(compiled))

@@ -255,6 +255,44 @@ class TmaFed(MlpImpl):
             self._maps[key] = found
         return found
 
+    # ------------------------------------------------------------------ building and the call
+    def kernel(self, name, params, problem):
+        if name not in self.kernel_names:   # the fallback's kernel, for the shapes the TMA cannot take
+            return self.fallback().kernel(name, self.fallback_params(), problem)
+        return kernels.get_kernel(self.source, name, self.defines(params, problem), arch=self.arch)
+
+    def prepare(self, params, problem):
+        """Compile this shape's kernel and the fallback's (a call whose x or y is not 16-byte
+        aligned runs it), outside timings."""
+        self.fallback().prepare(self.fallback_params(), problem)
+        if self.uses_tma(problem):
+            self.check_device()
+            self.planned(problem, params)
+
+    def check_device(self) -> None:
+        """Refuse a GPU this step's kernel cannot run on, before its module is loaded (none here)."""
+
+    def kernel_args(self, x_map, x, w, y, shape) -> tuple:
+        """The kernel's arguments, x's descriptor first."""
+        raise NotImplementedError
+
+    def launch(self, y, x, weights, shape, params, stream=None):
+        w = self.prepare_weights(weights)
+        if not self.readable(shape, x, y):
+            return self.fallback().launch(y, x, w, shape, self.fallback_params(), stream=stream)
+        self.check_device()
+        fn, launch = self.planned(shape, params)
+        x_map = self.x_map(x, shape.N, params["l2_promotion"], stream)   # a new x's descriptor lands on this stream
+        fn(launch.grid, launch.block, self.kernel_args(x_map, x, w, y, shape), shared_mem=launch.dynamic_smem,
+           stream=stream)
+        return y
+
+    def launch_args(self, launch, y, operands, shape, params):
+        """The declared launch's arguments (what ``launch`` passes, descriptor looked up once)."""
+        x, weights = operands
+        return self.kernel_args(self.x_map(x, shape.N, params["l2_promotion"]), x, self.prepare_weights(weights),
+                                y, shape)
+
 
 class TensorCoreHalfTma(TmaFed):
     """Step 18: step 14's FP16 network with x brought into shared memory by the TMA. Up to
@@ -328,34 +366,8 @@ class TensorCoreHalfTma(TmaFed):
                        dynamic_smem=warps * stages * self.TILE_BYTES + self.ALIGN_SLACK,
                        static_smem=self.WEIGHT_BYTES + 16 * stages)]
 
-    # ------------------------------------------------------------------ building
-    def kernel(self, name, params, problem):
-        if name not in self.kernel_names:   # step 14's kernel, for the shapes the TMA cannot take
-            return self.fallback().kernel(name, self.fallback_params(), problem)
-        return kernels.get_kernel(self.source, name, self.defines(params, problem))
-
-    def prepare(self, params, problem):
-        """Compile this shape's kernel and step 14's (a call whose x or y is not 16-byte aligned
-        runs it), outside timings."""
-        self.fallback().prepare(self.fallback_params(), problem)
-        if self.uses_tma(problem):
-            self.planned(problem, params)
-
-    # ------------------------------------------------------------------ the call
-    def launch(self, y, x, weights, shape, params, stream=None):
-        w = self.prepare_weights(weights)
-        if not self.readable(shape, x, y):
-            return self.fallback().launch(y, x, w, shape, self.fallback_params(), stream=stream)
-        fn, launch = self.planned(shape, params)
-        x_map = self.x_map(x, shape.N, params["l2_promotion"], stream)   # a new x's descriptor lands on this stream
-        fn(launch.grid, launch.block, (x_map, w.extra["packed"], y, np.int32(shape.N)),
-           shared_mem=launch.dynamic_smem, stream=stream)
-        return y
-
-    def launch_args(self, launch, y, operands, shape, params):
-        """The declared launch's arguments (what ``launch`` passes, descriptor looked up once)."""
-        x, w = operands
-        return (self.x_map(x, shape.N, params["l2_promotion"]), w.extra["packed"], y, np.int32(shape.N))
+    def kernel_args(self, x_map, x, w, y, shape) -> tuple:
+        return (x_map, w.extra["packed"], y, np.int32(shape.N))
 
 
 def x_descriptor(address: int, n: int, promotion: int, rows: int = 72) -> bytes:
@@ -425,22 +437,8 @@ class WgmmaFullRange(TmaFed):
                        dynamic_smem=self.ALIGN_SLACK + self.WEIGHT_SPAN + wgs * 2 * self.STAGE_BYTES,
                        static_smem=8 * (1 + 4 * wgs), min_blocks=1)]
 
-    # ------------------------------------------------------------------ building
-    def kernel(self, name, params, problem):
-        if name not in self.kernel_names:   # step 17's kernel, for the shapes the TMA cannot take
-            return self.fallback().kernel(name, self.fallback_params(), problem)
-        return kernels.get_kernel(self.source, name, self.defines(params, problem), arch=self.arch)
-
-    def prepare(self, params, problem):
-        """Compile this shape's kernel and step 17's (a call whose x or y is not 16-byte aligned
-        runs it), outside timings."""
-        self.fallback().prepare(self.fallback_params(), problem)
-        if self.uses_tma(problem):
-            self._check_device()
-            self.planned(problem, params)
-
-    def _check_device(self) -> None:
-        """Refuse a GPU without sm_90a's wgmma, once per device, before anything is launched."""
+    def check_device(self) -> None:
+        """Refuse a GPU without sm_90a's wgmma, once per device, before its module is loaded."""
         import cupy as cp
 
         device = cp.cuda.runtime.getDevice()
@@ -453,27 +451,8 @@ class WgmmaFullRange(TmaFed):
                                  "run it on an H100 or H200, or use step final-full-range.")
         self._checked_devices.add(device)
 
-    # ------------------------------------------------------------------ the call
-    def launch(self, y, x, weights, shape, params, stream=None):
-        w = self.prepare_weights(weights)
-        if not self.readable(shape, x, y):
-            return self.fallback().launch(y, x, w, shape, self.fallback_params(), stream=stream)
-        self._check_device()   # before the sm_90a module is loaded: another GPU gets the error that says why
-        fn, launch = self.planned(shape, params)
-        x_map = self.x_map(x, shape.N, params["l2_promotion"], stream)
-        fn(launch.grid, launch.block, self._args(x_map, x, w, y, shape),
-           shared_mem=launch.dynamic_smem, stream=stream)
-        return y
-
-    @staticmethod
-    def _args(x_map, x, w, y, shape) -> tuple:
+    def kernel_args(self, x_map, x, w, y, shape) -> tuple:
         return (x_map, x, w.extra["wgmma"], w.extra["raw"], y, np.int32(shape.N), np.int32(w.extra["exact_only"]))
-
-    def launch_args(self, launch, y, operands, shape, params):
-        """The declared launch's arguments (what ``launch`` passes)."""
-        x, weights = operands
-        w = self.prepare_weights(weights)
-        return self._args(self.x_map(x, shape.N, params["l2_promotion"]), x, w, y, shape)
 
     def exact_only(self, prepared) -> bool:
         """True when these weights send every column down the exact FP32 path (host-side flag)."""
