@@ -68,7 +68,7 @@ class Step19(b.Step):
         import cupy as cp
 
         p = pack.wgmma_full_range(w_host)
-        exact = pack.wgmma_exact_only(p["wgmma"]) or self.force_exact
+        exact = p["exact_only"] or self.force_exact
         return cp.asarray(p["wgmma"]), cp.asarray(p["raw"]), int(exact)
 
     def xmap(self, x, n):

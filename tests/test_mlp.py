@@ -534,7 +534,7 @@ def test_wgmma_pack_is_the_layout_the_kernel_reads():
     [c][e][q][o]; the biases; the header's factors and exponents; the transposed FP32 copy."""
     out = pack.wgmma_full_range(W)
     blob = out["wgmma"]
-    assert blob.size == pack.WGMMA_BYTES and not pack.wgmma_exact_only(blob)
+    assert blob.size == pack.WGMMA_BYTES and out["exact_only"] == 0
     halves = blob[:36864].view(np.float16).astype(np.float64)
     floats = blob[36864:].view(np.float32)
     ints = blob[-16:].view(np.int32)
@@ -570,7 +570,7 @@ def test_wgmma_pack_flags_weights_the_scaling_cannot_hold(layer, factor, exact):
     (below 2^-17 of the scaled maximum the split is off by more than 2^-19 of the weight)."""
     w = [a.copy() for a in W]
     w[layer][1, 2] = np.float32(np.abs(w[layer]).max() * factor)
-    assert pack.wgmma_exact_only(pack.wgmma_full_range(tuple(w))["wgmma"]) is exact
+    assert pack.wgmma_full_range(tuple(w))["exact_only"] == int(exact)
 
 
 def test_wgmma_step_picks_warpgroups_by_columns_and_hands_unreadable_shapes_to_step_17():
@@ -628,8 +628,9 @@ def test_wgmma_step_caches_its_descriptor_and_checks_the_device_once(monkeypatch
     for _ in range(3):
         impl.launch(array(4096), array(8192), w, MlpShape(12800), impl.params())
     assert asked == [(8192, 12800, 256, 80)] and devices == [0] and len(launched) == 3
-    assert launched[0][1][2:] == ("wgmma", "raw", array(4096), np.int32(12800), np.int32(1))[:2] + launched[0][1][4:]
-    assert launched[0][1][-1] == 1   # the host's exact_only flag, no device read
+    args = launched[0][1]
+    assert args[1].data.ptr == 8192 and args[2:4] == ("wgmma", "raw") and args[4].data.ptr == 4096
+    assert args[5] == 12800 and args[6] == 1   # N, and the host's exact_only flag (no device read)
     impl.launch(array(4096), array(8196), w, MlpShape(12800), impl.params())     # x 4 bytes off
     impl.launch(array(4096), array(8192), w, MlpShape(12801), impl.params())     # N % 4 != 0
     assert fell_back == [12800, 12801] and len(asked) == 1

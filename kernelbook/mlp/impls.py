@@ -112,7 +112,7 @@ class MlpImpl(StepImpl):
             import cupy as cp
 
             for name, arr in self._pack(_host(weights)).items():
-                if isinstance(arr, (bool, int)):   # a host-side fact about the weights (step 19's exact_only)
+                if isinstance(arr, (bool, int)):   # a fact about the weights the host keeps (step 19's exact_only)
                     extra[name] = int(arr)
                     continue
                 dev = cp.empty(arr.shape, dtype=arr.dtype)

@@ -195,8 +195,8 @@ def wgmma_full_range(weights) -> dict[str, np.ndarray]:
     """Step 19: layers 1 and 2 scaled by 2^ew_l (max |W_l| into [2^10, 2^11)) and split into FP16
     hi and lo' = (w - hi) 2^16 in wgmma's B layout (W1 padded to 80 inputs); layer 3 in FP32 as
     [c][e][q][o] = W3[o][8c + 2q + e]; b1, b2, b3; a header of 4 floats {2^-ew1, 2^-(16+ew1),
-    2^-ew2, 2^-(16+ew2)} and int32 {exact_only, ew1, ew2, 0}: ``WGMMA_BYTES`` bytes as ``"wgmma"``.
-    ``exact_only`` is set when a layer's nonzero magnitudes span more than 2^27, a maximum is
+    2^-ew2, 2^-(16+ew2)} and int32 {0, ew1, ew2, 0}: ``WGMMA_BYTES`` bytes as ``"wgmma"``.
+    ``"exact_only"`` (1 or 0, kept on the host: the kernel takes it as an argument) is 1 when a layer's nonzero magnitudes span more than 2^27, a maximum is
     subnormal or the scale leaves float's range: every column then takes the kernel's FP32 path,
     which reads ``"raw"``: W1^T, b1, W2^T, b2, W3, b3 concatenated (a tile that meets a value outside
     the window takes the same path)."""
@@ -219,14 +219,9 @@ def wgmma_full_range(weights) -> dict[str, np.ndarray]:
         ews.append(ew)
     w3 = W3.reshape(OUT, 8, 4, 2).transpose(1, 3, 2, 0)   # [o][c][q][e] -> [c][e][q][o]
     floats = np.concatenate([np.ascontiguousarray(w3).ravel(), b1, b2, b3, np.array(header, np.float32)])
-    flag = np.array([int(exact), *ews, 0], np.int32)
+    ints = np.array([0, *ews, 0], np.int32)
     blob = np.concatenate([np.concatenate([b.ravel() for b in blocks]).view(np.uint8),
-                           floats.astype(np.float32).view(np.uint8), flag.view(np.uint8)])
+                           floats.astype(np.float32).view(np.uint8), ints.view(np.uint8)])
     assert blob.size == WGMMA_BYTES
     raw = np.concatenate([a.ravel() for a in (W1.T, b1, W2.T, b2, W3, b3)]).astype(np.float32)
-    return {"wgmma": blob, "raw": raw}
-
-
-def wgmma_exact_only(blob: np.ndarray) -> bool:
-    """The ``exact_only`` flag of a ``wgmma_full_range`` blob."""
-    return bool(np.asarray(blob)[WGMMA_BYTES - 16:WGMMA_BYTES - 12].view(np.int32)[0])
+    return {"wgmma": blob, "raw": raw, "exact_only": int(exact)}

@@ -405,9 +405,7 @@ class WgmmaFullRange(TmaFed):
 
     @staticmethod
     def packing(host_weights):
-        out = {**pack.wgmma_full_range(host_weights), **pack.full_range(host_weights)}   # + step 17's
-        out["exact_only"] = int(pack.wgmma_exact_only(out["wgmma"]))
-        return out
+        return {**pack.wgmma_full_range(host_weights), **pack.full_range(host_weights)}   # + step 17's
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

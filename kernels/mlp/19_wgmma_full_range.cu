@@ -69,7 +69,7 @@
 // x 2 core matrices x 8 rows x 8 halves (2,048 bytes); layer 3 in FP32 as [c][e][q][o]
 // (W3[o][8c + 2q + e] as float4 over o: the four lanes q of a row group read 64 consecutive bytes;
 // as [q][c][e][o], 256 bytes apart, they hit the same banks, a 4-way conflict, measured); the
-// biases; a header of 4 floats {2^-ew1, 2^-(16+ew1), 2^-ew2, 2^-(16+ew2)} and {exact_only, ew1, ew2, 0}.
+// biases; a header of 4 floats {2^-ew1, 2^-(16+ew1), 2^-ew2, 2^-(16+ew2)} and {0, ew1, ew2, 0}.
 #define W1_HI 0
 #define W1_LO 10240
 #define W2_HI 20480
