@@ -32,25 +32,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench_mlp_hopper as b  # noqa: E402
 import bench_mlp_s17 as s17  # noqa: E402
-from kernelbook import tma  # noqa: E402  (ctypes only)
+from kernelbook import kernels, tma  # noqa: E402  (nvcc and ctypes only)
 
 ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "kernels" / "mlp"
-SRC = KDIR / "19_wgmma_full_range.cu"
 _spec = importlib.util.spec_from_file_location("kb_pack19", ROOT / "kernelbook" / "mlp" / "pack.py")
 pack = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(pack)
 
 
-def cubin(defines: dict, src: Path = SRC) -> str:
+def cubin(defines: dict) -> str:
+    """Step 19 built for sm_90a by the package's nvcc path, its ptxas line printed."""
     out = Path("/tmp") / ("s19_" + "_".join(f"{k}{v}" for k, v in sorted(defines.items())) + ".cubin")
-    cmd = ["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3", "-std=c++17", "-Xptxas", "-v",
-           f"-I{KDIR}", *(f"-D{k}={v}" for k, v in sorted(defines.items())), "-o", str(out), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    print("  " + " ".join(line.strip() for line in proc.stderr.splitlines() if "registers" in line or "spill" in line))
-    if proc.returncode:
-        raise RuntimeError(proc.stderr)
-    return str(out)
+    path, report = kernels.compile_cubin("mlp/19_wgmma_full_range.cu", defines, arch="sm_90a", out=out)
+    print("  " + "; ".join(f"{r.name}: {r.registers} registers, {r.spill_store_bytes} bytes spilled" for r in report))
+    return str(path)
 
 
 class Step19(b.Step):
