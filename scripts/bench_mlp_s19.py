@@ -41,20 +41,22 @@ pack = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(pack)
 
 
-def cubin(defines: dict) -> str:
+def cubin(defines: dict, src: str = "19_wgmma_full_range.cu") -> str:
     """Step 19 built for sm_90a by the package's nvcc path, its ptxas line printed."""
-    out = Path("/tmp") / ("s19_" + "_".join(f"{k}{v}" for k, v in sorted(defines.items())) + ".cubin")
-    path, report = kernels.compile_cubin("mlp/19_wgmma_full_range.cu", defines, arch="sm_90a", out=out)
+    out = Path("/tmp") / ("s19_" + Path(src).stem + "_".join(f"{k}{v}" for k, v in sorted(defines.items())) + ".cubin")
+    path, report = kernels.compile_cubin("mlp/" + src, defines, arch="sm_90a", out=out)
     print("  " + "; ".join(f"{r.name}: {r.registers} registers, {r.spill_store_bytes} bytes spilled" for r in report))
     return str(path)
 
 
 class Step19(b.Step):
-    def __init__(self, wgs, force_exact=False, defines=None):
+    def __init__(self, wgs, force_exact=False, defines=None, src="19_wgmma_full_range.cu"):
         import cupy as cp
 
-        super().__init__(f"19(wgs{wgs})" + "".join(f",{k}" for k in (defines or {})) + ("-EXACT" if force_exact else ""))
-        self.fn = cp.RawModule(path=cubin({"WGS": wgs, "SPIN_LIMIT": 200000000, **(defines or {})})).get_function(
+        super().__init__(f"19(wgs{wgs})" + "".join(f",{k}={v}" for k, v in (defines or {}).items())
+                         + ("" if src == "19_wgmma_full_range.cu" else "@" + Path(src).stem)
+                         + ("-EXACT" if force_exact else ""))
+        self.fn = cp.RawModule(path=cubin({"WGS": wgs, "SPIN_LIMIT": 200000000, **(defines or {})}, src)).get_function(
             "wgmmaFullRangeKernel")
         self.smem = 1024 + 38912 + wgs * 2 * 20480
         self.fn.max_dynamic_shared_size_bytes = self.smem
@@ -156,11 +158,11 @@ w = b.make_weights(rng)
 n = {n}
 x = cp.asarray(rng.uniform(-1, 1, size=(71, n)).astype(np.float32))
 y = cp.empty((4, n), cp.float32)
-s0 = t.Step19({first})
+s0 = t.variant({first!r})
 p0 = s0.prepare(w, None)
 s0.launch(x, y, p0, n)   # skipped by ncu
-for wgs in ({wgs}):
-    s = t.Step19(wgs)
+for spec in {specs!r}:
+    s = t.variant(spec)
     p = s.prepare(w, None)
     s.launch(x, y, p, n)
 cp.cuda.Device().synchronize()
@@ -169,8 +171,8 @@ cp.cuda.Device().synchronize()
 
 def run_ncu(out_dir, wgs, n, sections=None, metrics=None):
     script = out_dir / "ncu_target19.py"
-    script.write_text(NCU_TARGET.format(scripts=str(ROOT / "scripts"), wgs=",".join(map(str, wgs)) + ",", n=n,
-                                        first=wgs[0]))
+    specs = [str(v) for v in wgs]   # WGS numbers or variant specs
+    script.write_text(NCU_TARGET.format(scripts=str(ROOT / "scripts"), specs=specs, n=n, first=specs[0]))
     sections = sections or ["SpeedOfLight", "WarpStateStats", "SchedulerStats", "ComputeWorkloadAnalysis",
                             "Occupancy", "MemoryWorkloadAnalysis"]
     extra = ["--metrics", metrics] if metrics else []
@@ -182,29 +184,43 @@ def run_ncu(out_dir, wgs, n, sections=None, metrics=None):
     print(proc.stdout[-12000:])
 
 
+def variant(spec: str) -> Step19:
+    """'4:TWO_PASS=1,PIPE=2@_head19.cu' -> Step19(4, defines={...}, src=...)."""
+    spec, _, src = spec.partition("@")
+    w, _, defs = spec.partition(":")
+    defines = dict(kv.split("=") for kv in defs.split(",") if kv)
+    return Step19(int(w), defines={k: int(v) for k, v in defines.items()}, src=src or "19_wgmma_full_range.cu")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument("--wgs", default="2,3")
     ap.add_argument("--ncu", action="store_true")
-    ap.add_argument("--ncu-only", default="", help="WGS list: only Nsight Compute on these (no checks, no timing)")
+    ap.add_argument("--ncu-only", default="", help="variant specs (';'-separated): only Nsight Compute on these (no checks, no timing)")
     ap.add_argument("--sections", default="", help="comma-separated ncu sections")
     ap.add_argument("--metrics", default="", help="ncu --metrics argument")
     ap.add_argument("--quick", action="store_true", help="no range test, no step 15/17 rows")
     ap.add_argument("--no-exact", action="store_true", help="also a row of the last WGS without the exact path's vote")
+    ap.add_argument("--ncu-variants", default="", help="with --ncu: these variant specs (';'-separated)")
+    ap.add_argument("--variants", default="",
+                    help="builds to compare, ';'-separated: WGS[:NAME=VALUE,...][@FILE in kernels/mlp] (instead of --wgs)")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     wgs = [int(v) for v in args.wgs.split(",")]
     if args.ncu_only:
-        run_ncu(out_dir, [int(v) for v in args.ncu_only.split(",")], b.N_LARGE,
+        run_ncu(out_dir, args.ncu_only.split(";"), b.N_LARGE,
                 [v for v in args.sections.split(",") if v] or None, args.metrics or None)
         return
     res: dict = {"checks": {}, "range": {}, "times": {}}
     print("== build ==")
     steps = []
     extra = [lambda: Step19(wgs[-1], defines={"NO_EXACT": 1})] if args.no_exact else []
-    for ctor in [lambda w=w: Step19(w) for w in wgs] + extra + [lambda: Step19(wgs[0], force_exact=True)]:
+    builds = [lambda w=w: Step19(w) for w in wgs]
+    if args.variants:
+        builds = [lambda v=v: variant(v) for v in args.variants.split(";") if v]
+    for ctor in builds + extra + [lambda: Step19(wgs[0], force_exact=True)]:
         try:
             steps.append(ctor())
         except Exception:
@@ -220,14 +236,15 @@ def main():
         swapped = Step19(wgs[0], defines={"B_LBO": 256, "B_SBO": 128})
         swapped.name += "-swapped"
         checks([swapped], rng, res["checks"])
-    if all(res["checks"].get(s.name, {}).get("passed") for s in fast):
-        time_at(fast + others, b.N_LARGE, 5, res["times"])
-        time_at(fast + others, b.N_SMALL, 20, res["times"])
+    passed = [s for s in fast if res["checks"].get(s.name, {}).get("passed")]
+    if len(passed) < len(fast):
+        print("\nnot timed (a check failed): " + ", ".join(s.name for s in fast if s not in passed))
+    if passed:
+        time_at(passed + others, b.N_LARGE, 5, res["times"])
+        time_at(passed + others, b.N_SMALL, 20, res["times"])
         if args.ncu:
-            run_ncu(out_dir, [w for w in wgs if w >= 3], b.N_LARGE, [v for v in args.sections.split(",") if v] or None,
-                    args.metrics or None)
-    else:
-        print("\nnot timed: a check failed")
+            run_ncu(out_dir, args.ncu_variants.split(";") if args.ncu_variants else [w for w in wgs if w >= 3], b.N_LARGE,
+                    [v for v in args.sections.split(",") if v] or None, args.metrics or None)
     (out_dir / "bench_mlp_s19.json").write_text(json.dumps(res, indent=1, default=str))
 
 
