@@ -1,0 +1,16 @@
+import sys
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import numpy as np, cupy as cp
+import bench_s19tf32 as t
+b = t.b
+rng = np.random.default_rng(3)
+w = b.make_weights(rng)
+n = b.N_LARGE
+x = cp.asarray(rng.uniform(-1, 1, size=(71, n)).astype(np.float32))
+y = cp.empty((4, n), cp.float32)
+for s in (t.s19.Step19(3), t.Step19TF32(3)):
+    p = s.prepare(w, None)
+    s.launch(x, y, p, n)
+    s.launch(x, y, p, n)
+cp.cuda.Device().synchronize()
