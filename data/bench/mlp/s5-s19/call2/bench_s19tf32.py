@@ -5,7 +5,9 @@
     cd scripts && PYTHONUNBUFFERED=1 PYTHONPATH=.. python3 bench_s19tf32.py --out $OUT [--emulate]
 
 Kept as a record beside its output (data/bench/mlp/s5-s19/call2/): to run it again, copy it into
-scripts/ and _s19tf32.cu into kernels/mlp/ (it builds "mlp/_s19tf32.cu").
+scripts/ and make the kernel from step 19 at commit a10a6bf with the patch kept here:
+    cp kernels/mlp/19_wgmma_full_range.cu kernels/mlp/_s19tf32.cu
+    patch kernels/mlp/_s19tf32.cu data/bench/mlp/s5-s19/call2/_s19tf32.patch
 
 The blob: W1 as TF32 hi (bits & 0xffffe000) and lo (w - hi, FP32), K-major without swizzle, 9
 k-steps of 2,048 bytes each, the k order inside a k-step permuted as the kernel reads x (logical k
