@@ -106,6 +106,9 @@ class FunctionReport:
     spill_store_bytes: int
     spill_load_bytes: int
     barriers: int = 0
+    #: Why ptxas serialised this function's wgmma instructions ("" when it did not): a build that
+    #: waits for every wgmma before the next, which its register count alone does not show.
+    wgmma_serialized: str = ""
 
 
 _FUNC_RE = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
@@ -113,6 +116,7 @@ _PROPS_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+
 _USED_RE = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?")
 _SMEM_RE = re.compile(r"(\d+) bytes smem")
 _CMEM_RE = re.compile(r"(\d+) bytes cmem\[3\]")
+_SERIAL_RE = re.compile(r"wgmma\.mma_async instructions are serialized due to (.*?) (?:for|in) the function '([^']+)'")
 
 
 def nvcc_path() -> str:
@@ -126,11 +130,13 @@ def parse_ptxas(text: str) -> list[FunctionReport]:
     """Parse ``nvcc -Xptxas -v`` output into one report per entry function."""
     reports: list[FunctionReport] = []
     current: dict | None = None
+    serialized = {m.group(2): m.group(1) for m in _SERIAL_RE.finditer(text)}
     for line in text.splitlines():
         match = _FUNC_RE.search(line)
         if match:
             current = {"name": match.group(1), "registers": 0, "shared_bytes": 0, "constant_bytes": 0,
-                       "stack_frame_bytes": 0, "spill_store_bytes": 0, "spill_load_bytes": 0, "barriers": 0}
+                       "stack_frame_bytes": 0, "spill_store_bytes": 0, "spill_load_bytes": 0, "barriers": 0,
+                       "wgmma_serialized": serialized.get(match.group(1), "")}
             reports.append(current)  # type: ignore[arg-type]
             continue
         if current is None:

@@ -45,7 +45,9 @@ def cubin(defines: dict, src: str = "19_wgmma_full_range.cu") -> str:
     """Step 19 built for sm_90a by the package's nvcc path, its ptxas line printed."""
     out = Path("/tmp") / ("s19_" + Path(src).stem + "_".join(f"{k}{v}" for k, v in sorted(defines.items())) + ".cubin")
     path, report = kernels.compile_cubin("mlp/" + src, defines, arch="sm_90a", out=out)
-    print("  " + "; ".join(f"{r.name}: {r.registers} registers, {r.spill_store_bytes} bytes spilled" for r in report))
+    print("  " + "; ".join(f"{r.name}: {r.registers} registers, {r.spill_store_bytes} bytes spilled"
+                           + (f", WGMMA SERIALIZED ({r.wgmma_serialized})" if r.wgmma_serialized else "")
+                           for r in report))
     return str(path)
 
 
