@@ -1,3 +1,5 @@
+# ncu target of calls 2 and 2b (session 5): the committed step 19 and the 3xTF32 layer-1 candidate,
+# each launched twice at 2,097,152 columns; call 2 ran it without the two nospin() lines.
 import sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
