@@ -516,8 +516,12 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
         _patch(impl, log, m, compiled, own_kernel=(study, impl.slug) in OWN_KERNEL)
         if (study, impl.slug) in DEVICE_FACTS:
             entry["device"] = fake_device(shape, m)
+        if (study, impl.slug) in (("mlp", "tensor-core-fp16-tma"), ("mlp", "wgmma-full-range")):
+            import cupy as cp
+
+            m.setattr(cp.cuda.runtime, "getDevice", lambda: 0)   # the TMA steps ask the current device's ordinal
         if (study, impl.slug) == ("mlp", "wgmma-full-range"):   # no device to ask for sm_90a; step 17's
-            m.setattr(impl, "check_device", lambda: log.append({"check_device": "sm_90a"}))   # plans afresh
+            m.setattr(impl, "check_device", lambda device: log.append({"check_device": "sm_90a"}))   # plans afresh
             m.setattr(impl.fallback(), "_plans", {}, raising=False)
         impl.prepare(params, problem)
         entry["prepared"] = sorted(set(compiled))
@@ -525,7 +529,7 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
         if (study, impl.slug) in (("mlp", "tensor-core-fp16-tma"), ("mlp", "wgmma-full-range")):   # x's TMA descriptor: a named stand-in
             y, operands = Aligned("y"), (Aligned("x"),) + operands[1:]
             # each look-up is logged: one per launch (a second one per call is host cost for nothing)
-            m.setattr(impl, "x_map", lambda x, n, promotion, stream=None: log.append({"x_map": f"{x},{n},{promotion}"})
+            m.setattr(impl, "x_map", lambda x, n, promotion, stream=None, device=None: log.append({"x_map": f"{x},{n},{promotion}"})
                       or Named(f"xmap({x},{n},{promotion})"))
             m.setattr(impl, "_plans", {})
         impl.launch(y, *operands, problem, params)

@@ -609,7 +609,8 @@ def test_wgmma_step_caches_its_descriptor_and_checks_the_device_once(monkeypatch
             pass
 
     monkeypatch.setattr(cp, "empty", lambda n, dtype=None: Buffer())
-    monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: 0)
+    gets = []
+    monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: gets.append(0) or 0)
     monkeypatch.setattr(cp.cuda.runtime, "getDeviceProperties", lambda d: devices.append(d) or {"major": 9, "minor": 0})
     monkeypatch.setattr(cp.cuda, "get_current_stream", lambda: Stream())
     monkeypatch.setattr(impl, "kernel", lambda name, params, problem: (lambda *a, **k: launched.append((name, a[2]))))
@@ -628,6 +629,7 @@ def test_wgmma_step_caches_its_descriptor_and_checks_the_device_once(monkeypatch
     for _ in range(3):
         impl.launch(array(4096), array(8192), w, MlpShape(12800), impl.params())
     assert asked == [(8192, 12800, 256, 80)] and devices == [0] and len(launched) == 3
+    assert len(gets) == 3   # the current device asked once per call, for the check and the descriptor alike
     args = launched[0][1]
     assert args[1].data.ptr == 8192 and args[2:4] == ("wgmma", "raw") and args[4].data.ptr == 4096
     assert args[5] == 12800 and args[6] == 1   # N, and the host's exact_only flag (no device read)

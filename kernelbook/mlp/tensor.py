@@ -231,13 +231,14 @@ class TmaFed(MlpImpl):
     def source_for(self, params, problem) -> str:
         return self.source if self.uses_tma(problem) else self.fallback().source
 
-    def x_map(self, x, n: int, promotion: int, stream=None):
+    def x_map(self, x, n: int, promotion: int, stream=None, device: int | None = None):
         """x's TMA descriptor in device memory: from the driver once per (device, address, N,
         promotion), i.e. per array a caller passes; the same bytes for any array at that address
-        and size, so a freed and reallocated x reuses it correctly."""
+        and size, so a freed and reallocated x reuses it correctly. ``device``: the current
+        device's ordinal when the caller has it (asked of the runtime here otherwise)."""
         import cupy as cp
 
-        key = (cp.cuda.runtime.getDevice(), x.data.ptr, n, promotion)
+        key = (cp.cuda.runtime.getDevice() if device is None else device, x.data.ptr, n, promotion)
         found = self._maps.get(key)
         if found is None:
             on = stream or cp.cuda.get_current_stream()
@@ -266,11 +267,14 @@ class TmaFed(MlpImpl):
         aligned runs it), outside timings."""
         self.fallback().prepare(self.fallback_params(), problem)
         if self.uses_tma(problem):
-            self.check_device()
+            import cupy as cp
+
+            self.check_device(cp.cuda.runtime.getDevice())
             self.planned(problem, params)
 
-    def check_device(self) -> None:
-        """Refuse a GPU this step's kernel cannot run on, before its module is loaded (none here)."""
+    def check_device(self, device: int) -> None:
+        """Refuse a GPU (the ordinal ``device``) this step's kernel cannot run on, before its module
+        is loaded (none here)."""
 
     def kernel_args(self, x_map, x, w, y, shape) -> tuple:
         """The kernel's arguments, x's descriptor first."""
@@ -280,9 +284,12 @@ class TmaFed(MlpImpl):
         w = self.prepare_weights(weights)
         if not self.readable(shape, x, y):
             return self.fallback().launch(y, x, w, shape, self.fallback_params(), stream=stream)
-        self.check_device()
+        import cupy as cp
+
+        device = cp.cuda.runtime.getDevice()   # asked once per call: the device check and the descriptor's key
+        self.check_device(device)
         fn, launch = self.planned(shape, params)
-        x_map = self.x_map(x, shape.N, params["l2_promotion"], stream)   # a new x's descriptor lands on this stream
+        x_map = self.x_map(x, shape.N, params["l2_promotion"], stream, device)   # a new x's descriptor lands on this stream
         fn(launch.grid, launch.block, self.kernel_args(x_map, x, w, y, shape), shared_mem=launch.dynamic_smem,
            stream=stream)
         return y
@@ -435,11 +442,10 @@ class WgmmaFullRange(TmaFed):
                        dynamic_smem=self.ALIGN_SLACK + self.WEIGHT_SPAN + wgs * 2 * self.STAGE_BYTES,
                        static_smem=8 * (1 + 4 * wgs), min_blocks=1)]
 
-    def check_device(self) -> None:
+    def check_device(self, device: int) -> None:
         """Refuse a GPU without sm_90a's wgmma, once per device, before its module is loaded."""
         import cupy as cp
 
-        device = cp.cuda.runtime.getDevice()
         if device in self._checked_devices:
             return
         props = cp.cuda.runtime.getDeviceProperties(device)
