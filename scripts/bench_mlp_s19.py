@@ -35,7 +35,6 @@ import bench_mlp_s17 as s17  # noqa: E402
 from kernelbook import kernels, tma  # noqa: E402  (nvcc and ctypes only)
 
 ROOT = Path(__file__).resolve().parents[1]
-KDIR = ROOT / "kernels" / "mlp"
 _spec = importlib.util.spec_from_file_location("kb_pack19", ROOT / "kernelbook" / "mlp" / "pack.py")
 pack = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(pack)
@@ -203,7 +202,6 @@ def main():
     ap.add_argument("--sections", default="", help="comma-separated ncu sections")
     ap.add_argument("--metrics", default="", help="ncu --metrics argument")
     ap.add_argument("--quick", action="store_true", help="no range test, no step 15/17 rows")
-    ap.add_argument("--no-exact", action="store_true", help="also a row of the last WGS without the exact path's vote")
     ap.add_argument("--ncu-variants", default="", help="with --ncu: these variant specs (';'-separated)")
     ap.add_argument("--variants", default="",
                     help="builds to compare, ';'-separated: WGS[:NAME=VALUE,...][@FILE in kernels/mlp] (instead of --wgs)")
@@ -218,11 +216,10 @@ def main():
     res: dict = {"checks": {}, "range": {}, "times": {}}
     print("== build ==")
     steps = []
-    extra = [lambda: Step19(wgs[-1], defines={"NO_EXACT": 1})] if args.no_exact else []
     builds = [lambda w=w: Step19(w) for w in wgs]
     if args.variants:
         builds = [lambda v=v: variant(v) for v in args.variants.split(";") if v]
-    for ctor in builds + extra + [lambda: Step19(wgs[0], force_exact=True)]:
+    for ctor in builds + [lambda: Step19(wgs[0], force_exact=True)]:
         try:
             steps.append(ctor())
         except Exception:

@@ -130,7 +130,8 @@ def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> lis
             continue
         who = f"{p['number']} ({p['variant']}, {p['layer']})"
         kind = maths.get((p["variant"], p["layer"]), maths.get(p["variant"]))
-        metric = UNITS.get((kind or "").partition("*")[0], (None,))[0]   # the roof of the step's unit (floor.UNITS)
+        unit = (kind or "").partition("*")[0]
+        metric = UNITS.get(unit, (None,))[0]   # the roof of the step's unit (floor.UNITS)
         if metric is None:  # a library row, or a step whose unit is not known here
             peaks = [values[m] for m, _, _ in ROOFS if values.get(m)]
             if peaks and y > max(peaks):
@@ -142,7 +143,7 @@ def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> lis
             why = ("it does fewer multiplications than the direct convolution's FLOP count, from which every "
                    "point's rate is computed (a Winograd transform trades multiplications for additions), so "
                    "its rate is an effective one, not arithmetic faster than the device's"
-                   if (kind or "").partition("*")[0] in ("fp32", "fp16x2") else
+                   if unit in ("fp32", "fp16x2") else
                    "its rate counts the problem's FLOPs, not the tensor-core operations it issued")
             notes.append(f"{who} sits above the {names[metric]} roof ({y:,.0f} against {peak:,.0f} GFLOP/s): {why}.")
         elif bandwidth and y > bandwidth * x and p["bytes_source"] == "dram (ncu)":

@@ -30,14 +30,15 @@ class Winograd(VggStep):
 
     kernel_names = ("winograd_weights", "winograd_input", "winograd_gemm", "winograd_output")
 
-    def math_for(self, params, problem) -> str:
-        """FP32 FMAs, (K+1)^2 per 2x2 outputs instead of 4 K^2: the floor counts those (floor.unit)."""
-        return f"fp32*{(problem.K + 1) ** 2 / (4 * problem.K ** 2):.4g}"
     defaults = {"threads": 256}   # block size of the three transform kernels
     GEMM_TILE = 128
     GEMM_K = 8
     GEMM_THREADS = 256
     GEMM_SMEM = 3 * 2 * 8 * 128 * 4   # static: three stages of two 8×128 slabs
+
+    def math_for(self, params, problem) -> str:
+        """FP32 FMAs, (K+1)^2 per 2x2 outputs instead of 4 K^2: the floor counts those (floor.unit)."""
+        return f"fp32*{(problem.K + 1) ** 2 / (4 * problem.K ** 2):.4g}"
 
     def __init__(self):
         self._workspaces: dict = {}
