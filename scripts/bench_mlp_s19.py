@@ -38,9 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("kb_pack19", ROOT / "kernelbook" / "mlp" / "pack.py")
 pack = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(pack)
+SRC19 = "19_wgmma_full_range.cu"   # the shipped kernel, in kernels/mlp
 
 
-def cubin(defines: dict, src: str = "19_wgmma_full_range.cu") -> str:
+def cubin(defines: dict, src: str = SRC19) -> str:
     """Step 19 built for sm_90a by the package's nvcc path, its ptxas line printed."""
     out = Path("/tmp") / ("s19_" + Path(src).stem + "_".join(f"{k}{v}" for k, v in sorted(defines.items())) + ".cubin")
     path, report = kernels.compile_cubin("mlp/" + src, defines, arch="sm_90a", out=out)
@@ -51,11 +52,11 @@ def cubin(defines: dict, src: str = "19_wgmma_full_range.cu") -> str:
 
 
 class Step19(b.Step):
-    def __init__(self, wgs, force_exact=False, defines=None, src="19_wgmma_full_range.cu"):
+    def __init__(self, wgs, force_exact=False, defines=None, src=SRC19):
         import cupy as cp
 
         super().__init__(f"19(wgs{wgs})" + "".join(f",{k}={v}" for k, v in (defines or {}).items())
-                         + ("" if src == "19_wgmma_full_range.cu" else "@" + Path(src).stem)
+                         + ("" if src == SRC19 else "@" + Path(src).stem)
                          + ("-EXACT" if force_exact else ""))
         self.fn = cp.RawModule(path=cubin({"WGS": wgs, "SPIN_LIMIT": 200000000, **(defines or {})}, src)).get_function(
             "wgmmaFullRangeKernel")
@@ -170,15 +171,15 @@ cp.cuda.Device().synchronize()
 '''
 
 
-def run_ncu(out_dir, wgs, n, sections=None, metrics=None):
+def run_ncu(out_dir, variants, n, sections=None, metrics=None):
     script = out_dir / "ncu_target19.py"
-    specs = [str(v) for v in wgs]   # WGS numbers or variant specs
+    specs = [str(v) for v in variants]   # WGS numbers or variant specs
     script.write_text(NCU_TARGET.format(scripts=str(ROOT / "scripts"), specs=specs, n=n, first=specs[0]))
     sections = sections or ["SpeedOfLight", "WarpStateStats", "SchedulerStats", "ComputeWorkloadAnalysis",
                             "Occupancy", "MemoryWorkloadAnalysis"]
     extra = ["--metrics", metrics] if metrics else []
     cmd = ["ncu", *(a for sec in sections for a in ("--section", sec)), *extra, "-k", "wgmmaFullRangeKernel",
-           "--launch-skip", "1", "--launch-count", str(len(wgs)), sys.executable, str(script)]
+           "--launch-skip", "1", "--launch-count", str(len(specs)), sys.executable, str(script)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     (out_dir / "ncu19.txt").write_text(proc.stdout)
     (out_dir / "ncu19.err").write_text(proc.stderr[-4000:])
@@ -190,7 +191,7 @@ def variant(spec: str) -> Step19:
     spec, _, src = spec.partition("@")
     w, _, defs = spec.partition(":")
     defines = dict(kv.split("=") for kv in defs.split(",") if kv)
-    return Step19(int(w), defines={k: int(v) for k, v in defines.items()}, src=src or "19_wgmma_full_range.cu")
+    return Step19(int(w), defines={k: int(v) for k, v in defines.items()}, src=src or SRC19)
 
 
 def main():

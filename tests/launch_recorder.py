@@ -119,6 +119,9 @@ OWN_KERNEL = {("mlp", "tensor-core-3xtf32"), ("mlp", "tensor-core-fp16"), ("mlp"
               ("lenet", "specialised"), ("lenet", "hopper-final"),
               ("lenet", "wgmma-final")}
 
+#: The MLP steps fed by the TMA: they ask the current device's ordinal and look x's descriptor up.
+TMA_FED = {("mlp", "tensor-core-fp16-tma"), ("mlp", "wgmma-full-range")}
+
 #: Steps whose grid reads device facts (SM count, occupancy, compute capability): the recorder
 #: fakes the device, deterministically per case (``fake_device``).
 DEVICE_FACTS = {("lenet", "hopper-final"), ("lenet", "wgmma-final")}
@@ -516,7 +519,7 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
         _patch(impl, log, m, compiled, own_kernel=(study, impl.slug) in OWN_KERNEL)
         if (study, impl.slug) in DEVICE_FACTS:
             entry["device"] = fake_device(shape, m)
-        if (study, impl.slug) in (("mlp", "tensor-core-fp16-tma"), ("mlp", "wgmma-full-range")):
+        if (study, impl.slug) in TMA_FED:
             import cupy as cp
 
             m.setattr(cp.cuda.runtime, "getDevice", lambda: 0)   # the TMA steps ask the current device's ordinal
@@ -526,7 +529,7 @@ def record_case(study, impl, shape, overrides, monkeypatch) -> dict:
         impl.prepare(params, problem)
         entry["prepared"] = sorted(set(compiled))
         y, operands = _operands(study, problem)
-        if (study, impl.slug) in (("mlp", "tensor-core-fp16-tma"), ("mlp", "wgmma-full-range")):   # x's TMA descriptor: a named stand-in
+        if (study, impl.slug) in TMA_FED:   # x's TMA descriptor: a named stand-in
             y, operands = Aligned("y"), (Aligned("x"),) + operands[1:]
             # each look-up is logged: one per launch (a second one per call is host cost for nothing)
             m.setattr(impl, "x_map", lambda x, n, promotion, stream=None, device=None: log.append({"x_map": f"{x},{n},{promotion}"})
