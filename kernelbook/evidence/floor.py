@@ -1,7 +1,10 @@
-"""The floor: the least time a problem can take on this device, from the measured ceilings.
+"""The floor: the least time a problem can take on this device, a limit no step passes.
 
-floor = max(fewest bytes / copy bandwidth, FLOPs / compute rate), where the rate is the FP32 FMA
-rate unless a step's precision puts it on tensor cores. "% of floor" = floor / measured time;
+floor = max(fewest bytes / bandwidth, FLOPs / compute rate), where the rate is the FP32 FMA rate
+unless a step's precision puts it on tensor cores, and each rate is the higher of the device's
+datasheet peak (``evidence.datasheet``) and the ceiling measured on it (``evidence.ceilings``):
+a measured ceiling is one program's achieved rate (a library GEMM, a copy), which a kernel may
+beat, so on its own it is no floor. "% of floor" = floor / measured time;
 "vs <vendor>" = the vendor library's time / the step's (above 1: the step is faster).
 """
 
@@ -11,6 +14,7 @@ from typing import Iterable
 
 from ..report import ANY_BATCH, format_ms, record_value, styled
 from .ceilings import Ceilings, ceilings_for
+from .datasheet import limits
 from .tools import NOT_RECORDED
 from .vendor import vendor as vendor_recording
 
@@ -31,12 +35,23 @@ def unit(math: str) -> tuple[str, float]:
     return rate, cost * (float(factor) if factor else 1.0)
 
 
-def floor_ms(problem, ceilings, math: str = "fp32") -> float | None:
+def device_of(ceilings) -> dict | None:
+    """The device that measured ``ceilings`` (a ``Ceilings`` read from a run), None for a dict."""
+    session = getattr(ceilings, "session", None)
+    return session.run.manifest.get("device") if session is not None else None
+
+
+def floor_ms(problem, ceilings, math: str = "fp32", device=None) -> float | None:
     """max(bytes / bandwidth, FLOPs / rate of the unit ``math``) in ms; ``ceilings`` is a
     ``Ceilings`` or a dict; None when a ceiling is missing. ``fp16x2`` (``__half2`` FMAs on CUDA
     cores) does two products per FP32 slot; ``3xtf32``/``3xfp16`` spend three tensor-core
-    products per product, ``tf32+2xbf16`` one TF32 and two BF16 products (two TF32 products' time)."""
+    products per product, ``tf32+2xbf16`` one TF32 and two BF16 products (two TF32 products' time).
+
+    Each rate is a limit (``datasheet.limits``): the higher of the device's datasheet peak and the
+    measured ceiling (bandwidth: the copy, the streaming read), so no step can beat its floor; the
+    device is the one that measured ``ceilings`` (or ``device``, a name or manifest dict)."""
     values = ceilings.values if isinstance(ceilings, Ceilings) else ceilings
+    values = limits(values, device if device is not None else device_of(ceilings))
     rate_name, cost = unit(math)
     bandwidth, speed = values.get("copy_gbs"), values.get(rate_name)
     if not bandwidth or not speed:

@@ -140,7 +140,10 @@ class Final(ThreeTF32):
         return isinstance(shape, ConvPoolShape) and shape.K in WINOGRAD_K
 
     def math_for(self, params, problem) -> str:
-        return "fp32" if self.uses_winograd(problem) else "3xtf32"
+        """Step 09's unit where the call goes to Winograd (its own count of multiplies), else 3xTF32."""
+        if self.uses_winograd(problem):
+            return self._winograd.math_for(self._winograd.params(), problem)
+        return "3xtf32"
 
     def source_for(self, params, problem) -> str:
         return self._winograd.source if self.uses_winograd(problem) else self.source

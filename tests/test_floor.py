@@ -1,0 +1,82 @@
+"""A floor is a limit: no recorded step runs under it, and it stands on the datasheet's peaks
+where the measured ceilings (one program's achieved rate) fall short of them."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from kernelbook.evidence import datasheet, floor
+from kernelbook.evidence.ceilings import ceilings_for
+from kernelbook.stepdata import load_recorded
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+class Shape:
+    flops, min_bytes = 2e12, 1e9
+
+
+def test_a_measured_rate_below_the_datasheet_gives_way_to_the_peak():
+    measured = {"copy_gbs": 2900.0, "read_gbs": 3100.0, "fp32_gflops": 50_000.0, "tf32_tensor_gflops": 380_000.0,
+                "fp16_tensor_gflops": 700_000.0}
+    # no datasheet: the measured rates (bandwidth: the faster of copy and read)
+    assert floor.floor_ms(Shape, measured, "tf32") == pytest.approx(max(1e9 / 3100e9, 2e12 / 380_000e9) * 1e3)
+    # the H100's datasheet: 494.5 TFLOP/s TF32 dense and 3.35 TB/s, both above what was measured
+    assert floor.floor_ms(Shape, measured, "tf32", device=H100) == pytest.approx(max(1e9 / 3350e9, 2e12 / 494_500e9) * 1e3)
+    # a measured rate above the datasheet's (an unexpected clock) is the limit then
+    fast = {**measured, "fp32_gflops": 70_000.0}
+    assert floor.floor_ms(Shape, fast, "fp32", device={"name": H100}) == pytest.approx(2e12 / 70_000e9 * 1e3)
+    assert datasheet.limit("copy_gbs", {"read_gbs": 3100.0}, None) == (3100.0, "measured read")
+
+
+def test_every_device_the_book_is_recorded_on_has_its_datasheet():
+    from kernelbook import results
+
+    devices = {run.device for run in results.list_runs()}
+    assert devices, "no recorded run"
+    for name in devices:
+        sheet = datasheet.datasheet_for(name)
+        assert sheet is not None, f"{name}: add its datasheet peaks to kernelbook/evidence/datasheet.py"
+        assert set(sheet.peaks) == set(datasheet.PEAK_TITLES) and sheet.source.startswith("NVIDIA")
+    assert datasheet.datasheet_for("NVIDIA H200").model == "H200 SXM"
+    assert datasheet.datasheet_for("NVIDIA GeForce RTX 4090") is None
+
+
+def test_the_peaks_table_names_its_source_and_what_the_floor_uses():
+    html = datasheet.peaks_table({"copy_gbs": 2900.0, "tf32_tensor_gflops": 380_000.0}, H100).to_html()
+    assert "H100 SXM column" in html and "494,500" in html and "datasheet (H100 SXM)" in html
+    assert "2,900" in html and "77 %" in html   # measured / datasheet for the TF32 rate
+    bare = datasheet.peaks_table({"copy_gbs": 900.0}, "NVIDIA GeForce RTX 4090").to_html()
+    assert "No datasheet is held" in bare and "900 (measured copy)" in bare
+
+
+def recorded_times():
+    out = []
+    for name in ("lenet", "mlp", "vgg"):
+        study = importlib.import_module(f"kernelbook.{name}").STUDY
+        for slug in study.steps.slugs():
+            out.append(pytest.param(study, slug, id=f"{name}-{slug}"))
+    return out
+
+
+@pytest.mark.parametrize("study, slug", recorded_times())
+def test_no_recorded_step_is_above_100_percent_of_its_floor(study, slug):
+    """Every time of the step's newest recording, every case and size, against its floor from the
+    ceilings of its run: a step above 100 % means a floor that is no limit (a wrong unit, a
+    wrong operation count, or a rate that a kernel can beat)."""
+    chapter = load_recorded(study, slug)
+    if chapter is None or not chapter.correct:
+        pytest.skip(f"{slug} is not recorded, or failed its checks")
+    found = ceilings_for(chapter.session.run.run_id)
+    checked = 0
+    for r in chapter.records:
+        if r["metric"] != study.time_metric or r["value"] is None or r["layer"] not in study.cases:
+            continue
+        limit = floor.floor_ms(study.problem(r["layer"], r["size"]), found, floor.step_math(chapter, r["layer"]))
+        assert limit is not None, f"{slug}: no ceilings recorded for run {chapter.session.run.run_id}"
+        assert r["value"] >= limit, (f"{study.name} {slug} {r['layer']} at size {r['size']}: {r['value']} ms is "
+                                     f"{limit / r['value'] * 100:.1f} % of its floor {limit} ms")
+        checked += 1
+    assert checked, f"{slug}: no time recorded"
