@@ -19,8 +19,8 @@ STATIC_SMEM_MAX = H100.static_smem_per_block  # beyond this the launch must rais
 H100_SMS = 132                  # used for the grid when no GPU is present (validation, replay)
 _ATTRIBUTES: dict = {}          # device ordinal -> its attributes (read once: see HopperFinal._attributes)
 
-# 'auto' configurations, by layer kind, from the device sweeps in kernels/lenet/NOTES.md
-# (step 15). "wide" = at least 8 maps (C3), "narrow" = fewer (C1).
+# 'auto' configurations, by layer kind, the fastest of the development sweeps (kernels/lenet/DESIGN.md,
+# step 15). "wide" = at least 8 maps (C3), "narrow" = fewer (C1).
 AUTO = {
     "wide": {"threads": 256, "tiles_per_warp": 5, "groups_per_warp": 4, "prefetch": True,
              "streaming_stores": False, "min_blocks": 1, "interleave": False, "mma_ordered": True},
@@ -95,7 +95,7 @@ class HopperFinal(ConvVariant):
 
     def direct(self, shape: ConvShape, params: dict) -> bool:
         """Whether ``shape`` runs step 14's FP32 direct kernel (``c1_path``; 'auto': fewer than 8
-        maps, i.e. C1, where that kernel measured faster: see kernels/lenet/NOTES.md, step 15)."""
+        maps, i.e. C1, where that kernel measured faster: see kernels/lenet/DESIGN.md, step 15)."""
         path = params["c1_path"]
         return shape.M < 8 if path == "auto" else path == "direct"
 

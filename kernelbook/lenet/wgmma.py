@@ -23,7 +23,7 @@ SMEM_MAX = 227 * 1024      # dynamic shared memory one block may opt in to
 H100_SMS = 132             # for the grid when no GPU is present (validation, replay)
 
 # 'auto' configurations by layer kind (wide: at least 8 maps, i.e. C3), from the device sweeps in
-# kernels/lenet/NOTES.md (step 16): two blocks of two warpgroups per SM, commit groups of 3 k-steps
+# kernels/lenet/DESIGN.md (step 16): two blocks of two warpgroups per SM, commit groups of 3 k-steps
 # for C3 (120 registers), one group per tile for C1 (4 k-steps, 100 registers).
 AUTO = {
     "wide": {"threads": 256, "min_blocks": 2, "group": 3, "stages": 2, "streaming_stores": True},

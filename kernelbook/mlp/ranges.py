@@ -7,7 +7,7 @@ scaled independently by powers of ten from 1e-6 to 1e6 (each bias scaled like it
 so that it still matters), and tensors whose elements, columns or rows mix magnitudes from 1e-6
 to 1e6. ``cases(rng, grid=False)`` gives the chapter's 16; ``grid=True`` the full grid of 630
 (5 input scales x 5^3 weight scales, and the 5 scales with the biases left as drawn) plus the
-8 mixed cases, which the GPU tests and scripts/bench_mlp_hopper.py run.
+8 mixed cases, which the GPU tests run.
 """
 
 from __future__ import annotations

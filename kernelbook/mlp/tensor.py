@@ -133,7 +133,7 @@ class FinalFullRange(MlpImpl):
     copy of the weights goes out as cp.async in one batch with the first tiles (one wait).
     ``blocks_per_sm`` is also the kernel's ``__launch_bounds__`` minimum: 2 caps the registers at
     128 (a few spill), so 16 warps share an SM; that measured fastest at 2,097,152 columns
-    (data/bench/mlp/NOTES.md, attempts 6-7)."""
+    (kernels/mlp/DESIGN.md)."""
 
     math = "3xfp16"
 
@@ -309,11 +309,11 @@ class TensorCoreHalfTma(TmaFed):
     bytes each TMA request brings into L2. Shapes the TMA or the 16-byte stores cannot take
     (N % 4 != 0, x or y not 16-byte aligned) run step 14's kernel with step 14's defaults.
 
-    Defaults: the fastest configurations measured in development (data/bench/mlp/NOTES.md,
-    "Session 3, FP16 step"): stages 8 x 2, 1 block per SM at 2,097,152 columns; ring 4 warps x 2
+    Defaults: the fastest configurations measured in development (kernels/mlp/DESIGN.md, step
+    18): stages 8 x 2, 1 block per SM at 2,097,152 columns; ring 4 warps x 2
     slots, 2 blocks per SM at 12,800; 256-byte promotion. ``switch_columns`` = 65,536: a stage is
     ``32 * stage_warps`` columns, so below 132 SMs x 256 = 33,792 columns the stages kernel leaves
-    SMs idle (at 12,800 it measured 5.8-6.1 us against the ring's 4.2); 65,536 gives every SM two
+    SMs idle (at 12,800 it measured slower than the ring); 65,536 gives every SM two
     stages, so that its double buffering has something to overlap. Only the two test cases were
     timed; the switch between them is a reasoned choice, not a measured crossover.
 
@@ -394,7 +394,7 @@ class WgmmaFullRange(TmaFed):
     in plain FP32 by its warp (kernels/mlp/19_wgmma_full_range.cu). ``small_wgs`` / ``large_wgs``:
     warpgroups per block up to / above ``switch_columns``; ``l2_promotion`` as in step 18.
 
-    Defaults: the fastest measured in development (data/bench/mlp/NOTES.md, "Session 4"): 3
+    Defaults: the fastest measured in development (kernels/mlp/DESIGN.md, step 19): 3
     warpgroups at 2,097,152 columns, 2 at 12,800; the switch at 65,536 columns is a reasoned choice
     (between the two measured cases), not a measured crossover. Shapes the TMA cannot take
     (N % 4 != 0, x or y not 16-byte aligned) run step 17 with its defaults; the weights are packed

@@ -17,14 +17,13 @@
 // is one instruction that moves a whole tile (72 rows x 128 bytes), no lane computes an address for
 // it, and the copies of the next tiles are in flight while the current one is computed.
 //
-// Measured in development (H100, data/bench/mlp/NOTES.md, "Session 3, FP16 step"; raw output in
-// data/bench/mlp/s3-fp16/call1-call3, bench scripts/bench_mlp_f18.py): per call in a CUDA graph
-// of 20 calls, at 2,097,152 columns the stages kernel (8 consumer warps, 2 stages, 1 block per
-// SM, 256-byte L2 promotion) 0.2199 ms against step 14's 0.2339, DRAM at 84 % of its peak against
-// 78 %; the per-warp ring (8 warps x 2 slots) 0.2282 ms (its 128-byte runs per row kept DRAM at
-// 81 %). At 12,800 columns the ring (4 warps x 2 slots, 2 blocks per SM) 4.16 us against step 14's
-// 4.93, the stages kernel 5.8-6.1 us. Still the top stall: the consumers' wait for a stage; more
-// stages or slots in flight measured slower, and a row stride off the power of two no faster.
+// Measured in development (kernels/mlp/DESIGN.md, step 18; the chapter shows the recorded run):
+// at 2,097,152 columns the stages kernel (8 consumer warps, 2 stages, 1 block per SM, 256-byte L2
+// promotion) was the fastest, ahead of the per-warp ring, whose 128-byte runs per row use DRAM
+// less well, and both ahead of step 14. At 12,800 columns the ring (4 warps x 2 slots, 2 blocks per
+// SM) was the fastest and the stages kernel slower than step 14. Still the top stall: the
+// consumers' wait for a stage; more stages or slots in flight measured slower, and a row stride off
+// the power of two no faster.
 //
 // x is seen as a 2-D tensor of 71 rows and n columns (row stride 4 n bytes); a copy's box is 32
 // columns x 72 rows, 128-byte swizzle: the TMA writes zeros for row 71 and for columns past n, so

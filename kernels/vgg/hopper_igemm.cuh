@@ -94,10 +94,9 @@ constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;   // 128*40 + 256*232 <= 
 // Blocks of a cluster (HOPPER_CLUSTER = 1 or 2) work on neighbouring pixel tiles with the same
 // output channels: each loads 1/CL of the weight tile and the TMA unit multicasts it to all of
 // them, so the weights cross from L2 once per cluster instead of once per block. The steps use
-// CL = 1: in development (kernels/vgg/NOTES.md, attempts 2 and 6) a persistent grid of 66
-// two-block clusters ran about 2x slower than 132 single blocks at every precision, although
-// cuOccupancyMaxActiveClusters reports all 66 clusters resident (no second wave); the cause is
-// not measured.
+// CL = 1: in development (kernels/vgg/DESIGN.md) a persistent grid of 66 two-block clusters ran
+// far slower than 132 single blocks at every precision, although cuOccupancyMaxActiveClusters
+// reports all 66 clusters resident (no second wave); the cause is not measured.
 constexpr int CL = HOPPER_CLUSTER;
 static_assert(CL == 1 || CL == 2, "HOPPER_CLUSTER must be 1 or 2");
 constexpr int B_PART_ROWS = BN / CL;            // weight rows each block of a cluster loads
