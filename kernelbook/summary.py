@@ -259,8 +259,8 @@ def target_lines(study, step: str | None = None) -> list[str]:
 
 
 #: Where a target's limit comes from when the study does not say (``source`` in ``targets()``).
-DEFAULT_TARGET_SOURCE = ("the project's goal for this study (set in its issue tracker; not a write-up's number), "
-                         "judged beside the floor and the library")
+DEFAULT_TARGET_SOURCE = ("the book's target for this study (its own, set past the write-ups: none of them reports "
+                         "a number for it), judged beside its floor and the library")
 
 
 def target_frame(study) -> pd.DataFrame:

@@ -144,7 +144,7 @@ def test_no_hostile_string_is_live_in_the_built_book(tmp_path, monkeypatch, no_g
     _hostile_store(store)
     book = make_book(tmp_path / "tiny", with_bad=False)
     (book / "book" / "part" / "hostile.md").write_text(HOSTILE_PAGE)
-    # the probe of the issue: a hostile weights_path, refused, its error published by a --no-strict build
+    # the probe: a hostile weights_path, refused, its error published by a --no-strict build
     (book / "book" / "part" / "refused.md").write_text(REFUSED_PAGE)
     toc = book / "_toc.yml"
     toc.write_text(toc.read_text() + "      - file: book/part/hostile\n      - file: book/part/refused\n")

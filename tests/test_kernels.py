@@ -52,7 +52,7 @@ ptxas info    : Used 72 registers, used 1 barriers, 4096 bytes smem, 400 bytes c
 
 
 def test_ptxas_parser_names_serialised_wgmma_per_function():
-    # ptxas's notice (session 5: a build measured 10 % slow for this reason, unseen in the register count)
+    # ptxas's notice (a development build of step 19 measured slow for this reason, unseen in the register count)
     text = """ptxas info    : Compiling entry function 'a' for 'sm_90a'
 ptxas info    : (C7520) Potential Performance Loss: wgmma.mma_async instructions are serialized due to program dependence on compiler-inserted WG.AR in divergent path in the function 'a'
 ptxas info    : Used 133 registers, used 1 barriers, 112 bytes smem

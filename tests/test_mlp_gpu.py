@@ -70,7 +70,7 @@ def test_check_call_runs_without_launching(weights):
     assert shape.N == 5 and "switch_columns" in params
 
 
-# ----------------------------------------------------------------------------- the range test (issue 19)
+# ----------------------------------------------------------------------------- the range test
 
 RANGE_STEPS = [s for s in STEPS.slugs() if claims_fp32_range(STEPS.impl(s))]
 

@@ -169,9 +169,9 @@ def goal_lines(chapter, goal: dict) -> list[str]:
     if None in ops:
         return []
     total = ops[0]["value"] + ops[1]["value"]
-    status = (f"meets the goal of {limit:g} ms" if total <= limit else
-              f"misses the goal of {limit:g} ms by {total - limit:.3f} ms ({total / limit:.2f}×)")
-    lines = [f"Goal: Op Time 1 + Op Time 2 at batch {batch} = {format_ms(ops[0]['value'])} + "
+    status = (f"meets the book's target of {limit:g} ms" if total <= limit else
+              f"misses the book's target of {limit:g} ms by {total - limit:.3f} ms ({total / limit:.2f}×)")
+    lines = [f"The book's target: Op Time 1 + Op Time 2 at batch {batch} = {format_ms(ops[0]['value'])} + "
              f"{format_ms(ops[1]['value'])} = {format_ms(total)}, which {status}."]
     found = vendor(chapter.study, "replay", prefer_run=chapter.session.run.run_id)
     cudnn = [find_record([r for r in found.records if r["step"] == goal["vendor"]], "op_time_ms", layer, batch)
@@ -183,7 +183,7 @@ def goal_lines(chapter, goal: dict) -> list[str]:
         how = f"{ratio:.1f}× faster than it" if ratio >= 1 else f"{1 / ratio:.1f}× slower than it"
         lines.append(f"cuDNN FP32 takes {format_ms(theirs)} for the two layers "
                      f"({'same run' if same else 'run ' + found.session.run.run_id}): this step is {how} "
-                     f"(goal: at least {factor:g}× faster, {'met' if ratio >= factor else 'missed'}).")
+                     f"(the book's target: at least {factor:g}× faster, {'met' if ratio >= factor else 'missed'}).")
     return lines
 
 

@@ -91,11 +91,11 @@ class MlpStudy(Study):
         return vendor_runs(sizes, seed)
 
     def targets(self) -> list[dict]:
-        """Issue 19's targets (H100): FP32 on CUDA cores <= 0.9 ms at 100x100 (and >= 2.5x
-        PyTorch FP32 in the same run: ``vendor_ratio``); FP32-accurate over float's range on
-        tensor cores <= 0.25 ms; FP16 <= 0.21 ms; 5x5 <= 6 us per inference, judged on every step (the issue
-        does not name a precision) and, in a row of its own, on the steps that are FP32-accurate over
-        float's whole range."""
+        """The book's targets for this study (H100; its own, past the write-ups): FP32 on CUDA cores
+        <= 0.9 ms at 100x100 (and >= 2.5x PyTorch FP32 in the same run: ``vendor_ratio``);
+        FP32-accurate over float's range on tensor cores <= 0.25 ms; FP16 <= 0.21 ms; 5x5 <= 6 us per
+        inference, judged on every step (that target names no precision) and, in a row of its own, on
+        the steps that are FP32-accurate over float's whole range."""
         cuda_fp32 = ["baseline", "fused-global", "fused-shared", "whole-net-shared", "shared-and-registers",
                      "last-layer-coop", "whole-net-registers", "fp32-register-tiled"]
         half = ["half-precision", "reduced-bank-conflicts", "coalesced-weights", "inputs-load-hiding",
