@@ -7,6 +7,7 @@
 #   make notebook NB=lenet/00      write book/lenet/00_baseline.ipynb for papermill / Jupyter
 #   make book WORKERS=1            one notebook after another, in one process (default: replaying,
 #                                  a local Dask cluster of one worker per core; measuring, 1)
+#   make book FORCE=1              execute every notebook (by default a replay keeps those whose inputs are unchanged)
 #   make book GPUS=2               measure on two GPUs, one dask-cuda worker each (pip install -e '.[gpus]')
 #   make test                      the tests that need no GPU, but the whole-book ones (each build < 60 s)
 #   make test-book                 the tests that read the whole book: one strict replay + build (minutes)
@@ -32,11 +33,12 @@ PARAMS ?=
 STRICT ?= 1
 WORKERS ?=
 GPUS   ?=
+FORCE  ?=
 
 # Nsight Compute profiles every step when measuring; PROFILE=0 skips it for quick runs.
 export KERNELBOOK_PROFILE := $(PROFILE)
 
-RUN_ARGS   := --mode $(MODE) $(if $(ONLY),--only '$(ONLY)') $(if $(WORKERS),--workers $(WORKERS)) $(if $(GPUS),--gpus $(GPUS))
+RUN_ARGS   := --mode $(MODE) $(if $(ONLY),--only '$(ONLY)') $(if $(WORKERS),--workers $(WORKERS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(filter 1,$(FORCE)),--force)
 BUILD_ARGS := $(if $(filter 1,$(STRICT)),,--no-strict)
 
 .PHONY: book run build test test-book test-gpu render clean distclean env notebook

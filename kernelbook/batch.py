@@ -44,7 +44,7 @@ MODES = ("auto", "measure", "replay")
 def parse_parameter(text: str) -> tuple[str, Any]:
     """``NAME=VALUE`` -> ``(NAME, value)``: a Python literal when VALUE is one, else the string.
 
-    ``batch_sizes=[100,1000]`` gives a list, ``repeats=20`` an int, ``variant=tiled`` the
+    ``batch_sizes=[100,1000]`` gives a list, ``repeats=20`` an int, ``step=tiled`` the
     string ``'tiled'`` (so shells need no extra quoting for plain words).
     """
     name, sep, raw = text.partition("=")
@@ -52,7 +52,7 @@ def parse_parameter(text: str) -> tuple[str, Any]:
     if not sep or not name.isidentifier():
         raise BatchError(
             f"-p {text!r} is not NAME=VALUE with NAME a Python identifier.",
-            "write it like -p batch_sizes=[100,1000] or -p variant=tiled.",
+            "write it like -p batch_sizes=[100,1000] or -p step=tiled.",
         )
     try:
         value = ast.literal_eval(raw)
@@ -128,6 +128,7 @@ def run_batch(
     gpus: str | None = None,
     scheduler: str | None = None,
     live: TextIO | None = None,
+    force: bool = False,
 ) -> BatchReport:
     """Execute the book's notebooks (or those matching ``only``) with papermill.
 
@@ -147,6 +148,12 @@ def run_batch(
 
     ``log`` gets one line per notebook when it ends and a summary; ``live`` (a terminal) also
     shows one line per running notebook (worker, GPU, seconds so far), redrawn each second.
+
+    A replaying batch keeps a notebook whose inputs (``inputs_digest``: its source, its study's
+    kernel sources, the parameters, the package's code and the data it replays) are those it
+    last executed from, and whose executed file is the one that batch wrote ("lenet/00_baseline
+    unchanged, kept"); ``force`` executes every notebook. A measuring batch executes them all:
+    its numbers must come from its own run.
     """
     import nbformat
 
@@ -196,9 +203,16 @@ def run_batch(
                              "run on a machine with an NVIDIA GPU, or use --mode replay (or auto) to show the "
                              "recorded runs.")
         measuring = mode == "measure" or (mode == "auto" and local_ok)
+        cores = os.cpu_count() or 1
         if workers is None:
-            workers = 1 if measuring else max(1, min(os.cpu_count() or 1, len(notebooks)))
-        elif workers > 1 and measuring:
+            workers = 1 if measuring else max(1, min(cores, len(notebooks)))
+        elif workers > max(cores, 1) and not measuring:  # more processes than cores only thrash
+            log(f"--workers {workers} is more than this machine's {cores} core(s): using {min(cores, len(notebooks))} "
+                "worker process(es).")
+            workers = max(1, min(cores, len(notebooks)))
+        elif workers > len(notebooks) and not measuring:
+            workers = len(notebooks)
+        if workers > 1 and measuring:
             raise BatchError(f"--workers {workers} would time {workers} notebooks on one GPU at once, and each "
                              "would disturb the others' timings.",
                              "measure with --gpus N (one worker per GPU), or replay with --mode replay --workers N.")
@@ -226,6 +240,20 @@ def run_batch(
         lock = _batch_lock(out_dir).__enter__()
         engine = None
         try:
+            earlier = _earlier(out_dir)  # read under the lock: no batch finishes in between
+            kept: dict[int, NotebookResult] = {}
+            if not measuring and not scheduler:  # a cluster's workers may measure: decided below
+                shared = shared_inputs(mode, kernel_name)
+                by_name = {entry.name: entry for entry in earlier}
+                for index, ((source, _, output), entry) in enumerate(zip(prepared, entries)):
+                    entry.inputs_sha256 = inputs_digest(shared, entry, source, book_root, {
+                        **parameters, "mode": mode, "run_id": run_id if given_run_id else None})
+                    if not force and unchanged(by_name.get(entry.name), entry, output):
+                        kept[index] = by_name[entry.name]
+            if kept and len(kept) == len(entries):  # nothing to execute: no cluster to start
+                gpus, scheduler, workers = None, None, 1
+            elif kept and workers is not None and gpus is None and not scheduler:
+                workers = max(1, min(workers, len(entries) - len(kept)))
             if gpus is not None or scheduler or (workers or 1) > 1:
                 engine = cluster.DaskEngine(workers=workers, gpus=gpus, scheduler=scheduler, measuring=measuring)
                 if scheduler and mode == "auto":
@@ -248,8 +276,15 @@ def run_batch(
             # Notebooks that will replay write nothing, so a generated run id is not passed to them:
             # a reader of a replayed page must not see the id of a run that was never recorded.
             injected = {**parameters, "mode": mode, "run_id": report.run_id}
+            report.earlier = earlier
             tasks = []
             for index, ((source, ipynb, output), entry) in enumerate(zip(prepared, entries)):
+                if index in kept:
+                    before = kept[index]
+                    report.notebooks[index] = NotebookResult(**{**before.__dict__, "kept": True,
+                                                                "inputs_sha256": entry.inputs_sha256})
+                    log(f"[{index + 1}/{len(entries)}] {entry.name} unchanged, kept")
+                    continue
                 tasks.append({"key": f"kernelbook-{report.run_id or 'replay'}-{index}-{entry.name}",
                               "index": index, "name": entry.name,
                               "notebook": ipynb.read_text(encoding="utf-8"), "cwd": str(source.parent.resolve()),
@@ -257,7 +292,6 @@ def run_batch(
                               "progress_bar": progress_bar and isinstance(engine, cluster.Sequential) and live is None})
             if not isinstance(engine, cluster.Sequential):
                 log(engine.describe())
-            report.earlier = _earlier(out_dir)  # read under the lock: no batch finishes in between
             from .dispatch import execute_all
 
             execute_all(engine, tasks, prepared, report, out_dir / "batch.json", measuring, log, live)
@@ -277,6 +311,92 @@ def _refuse_empty_store(notebooks: list[Path]) -> None:
             results.require_runs()
         except KernelbookError as exc:
             raise BatchError(f"This batch replays (no GPU measures): {exc.message}", exc.fix) from None
+
+
+# ----------------------------------------------------------------------------- unchanged notebooks
+
+#: The package's code: a notebook executed by other code is executed again.
+CODE_DIR = paths.REPO_ROOT / "kernelbook"
+#: Folders of ``data/`` that no page reads as an input: derived arrays (rebuilt from the data),
+#: development runs.
+_NOT_INPUTS = ("cache", "dev")
+
+
+def _tree_digest(digest, root: Path, label: str, pattern: str = "**/*", skip: tuple = ()) -> None:
+    """Feed every file under ``root`` (its path below ``root`` and its bytes) into ``digest``."""
+    import hashlib
+
+    if not root.is_dir():
+        digest.update(f"{label}: none\n".encode())
+        return
+    for path in sorted(root.glob(pattern)):
+        rel = path.relative_to(root)
+        if not path.is_file() or rel.parts[0] in skip or any(part.startswith(".") for part in rel.parts) \
+                or "__pycache__" in rel.parts:
+            continue
+        digest.update(f"{label}/{rel.as_posix()} {hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+
+
+def shared_inputs(mode: str, kernel_name: str) -> dict:
+    """What every notebook of a replaying batch is executed from besides its own source: the
+    package's code, the data (the recorded runs it replays included), the environment variables
+    the notebooks read, and each study's kernel sources (by folder)."""
+    import hashlib
+
+    common = hashlib.sha256(f"mode={mode} kernel={kernel_name}\n".encode())
+    _tree_digest(common, CODE_DIR, "kernelbook", "**/*.py")
+    data = paths.data_dir()
+    _tree_digest(common, data, "data", skip=_NOT_INPUTS + ("results",))
+    _tree_digest(common, paths.results_dir(), "results")
+    for name in sorted(os.environ):
+        if name.startswith("KERNELBOOK_") and name != "KERNELBOOK_PARAMS":  # the parameters count on their own
+            common.update(f"env {name}={os.environ[name]}\n".encode())
+    kernels = {}
+    every = hashlib.sha256()
+    root = paths.kernels_dir()
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        one = hashlib.sha256()
+        _tree_digest(one, folder, folder.name)
+        kernels[folder.name] = one.hexdigest()
+        every.update(f"{folder.name} {kernels[folder.name]}\n".encode())
+    return {"common": common.hexdigest(), "kernels": kernels, "all_kernels": every.hexdigest()}
+
+
+def inputs_digest(shared: dict, entry: NotebookResult, source: Path, book_root: Path, injected: dict) -> str:
+    """The digest of everything ``entry``'s notebook is executed from: ``shared_inputs``, its own
+    source, its study's kernel sources (every study's, for a page outside the studies' folders),
+    and the parameters it is given."""
+    import hashlib
+
+    folder = entry.name.partition("/")[0] if "/" in entry.name else None
+    kernels = shared["kernels"].get(folder) if folder else None
+    text = json.dumps({"common": shared["common"], "name": entry.name, "source": entry.source_sha256,
+                       "kernels": kernels or shared["all_kernels"], "parameters": injected},
+                      sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def unchanged(before: NotebookResult | None, entry: NotebookResult, output: Path) -> bool:
+    """Whether the notebook's last execution can stand: it ended ok from the same inputs, its
+    executed file is the one that batch wrote, and the kernel sources it shows are unchanged."""
+    if before is None or before.status != "ok" or not before.inputs_sha256 or not before.notebook_sha256:
+        return False
+    if before.inputs_sha256 != entry.inputs_sha256 or not output.is_file():
+        return False
+    raw = output.read_bytes()
+    import hashlib
+
+    if hashlib.sha256(raw).hexdigest() != before.notebook_sha256:
+        return False
+    from types import SimpleNamespace
+
+    from .build import stale_sources
+
+    try:
+        cells = json.loads(raw).get("cells") or []
+    except (ValueError, AttributeError):
+        return False
+    return not stale_sources(SimpleNamespace(cells=cells), paths.REPO_ROOT)
 
 
 LOCK_NAME = ".batch.lock"

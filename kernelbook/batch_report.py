@@ -28,6 +28,9 @@ class NotebookResult:
     worker: str | None = None  # where it ran ("local": in the batch's own process)
     gpu: str | None = None  # the UUID of the GPU that measured it (None: replayed)
     attempts: list = field(default_factory=list)  # every try: {worker, gpu, status, error, seconds}
+    notebook_sha256: str | None = None  # of the executed file the batch wrote: the strict build checks it
+    inputs_sha256: str | None = None  # of everything it was executed from (``kernelbook.batch.inputs_digest``)
+    kept: bool = False  # not executed by this batch: its inputs were unchanged since it last ran
 
 
 @dataclass
@@ -69,10 +72,23 @@ class BatchReport:
     def to_json(self) -> dict:
         data = asdict(self)
         data.pop("earlier")
-        # The record the build reads: every notebook's latest execution, this batch's first.
-        mine = {nb.name for nb in self.notebooks}
-        data["notebooks"] = data["notebooks"] + [asdict(nb) for nb in self.earlier if nb.name not in mine]
+        # The record the build reads: every notebook's latest execution, this batch's first. A
+        # notebook this batch has not finished (queued, running, or cut short by Ctrl-C or a kill)
+        # keeps its earlier record: its earlier executed file is only replaced once the new one is
+        # whole, so the earlier page stays buildable.
+        earlier = {nb.name: nb for nb in self.earlier}
+        mine = []
+        for nb in self.notebooks:
+            before = earlier.get(nb.name)
+            unfinished = nb.status in UNFINISHED
+            mine.append(asdict(before) if unfinished and before is not None and before.status == "ok" else asdict(nb))
+        names = {nb.name for nb in self.notebooks}
+        data["notebooks"] = mine + [asdict(nb) for nb in self.earlier if nb.name not in names]
         return data
+
+
+#: The states of a notebook that a batch has not finished: its earlier executed file is untouched.
+UNFINISHED = ("pending", "running", "interrupted")
 
 
 def short_error(exc: BaseException, limit: int = 300) -> str:
@@ -103,6 +119,11 @@ def relative_path(path: Path) -> str:
 
 def source_digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def text_digest(text: str) -> str:
+    """The sha256 of ``text`` as the batch writes it (UTF-8): an executed notebook's digest."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def record_source(nb, source: Path) -> None:

@@ -17,7 +17,7 @@ from typing import TextIO
 from . import results
 from .atomic import write_json_atomic, write_text_atomic
 from .batch_report import BatchReport, NotebookResult
-from .batch_report import record_source, short_error
+from .batch_report import record_source, short_error, text_digest
 from .errors import KernelbookError
 
 
@@ -46,25 +46,30 @@ def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, liv
     from . import cluster
 
     parallel = not isinstance(engine, cluster.Sequential)
+    # Positions in ``tasks`` (a batch that keeps unchanged notebooks hands over only the others;
+    # ``task["index"]`` is the notebook's place in the batch).
     deps = dependencies([t["name"] for t in tasks]) if measuring and parallel else [set() for _ in tasks]
-    total = len(tasks)
+    position = {task["index"]: p for p, task in enumerate(tasks)}
+    total = len(report.notebooks)
     submitted: set[int] = set()
     done: set[int] = set()
     progress = _Progress(engine, report, log, live)
     started = time.perf_counter()
 
     def submit_ready() -> None:
-        for index, task in enumerate(tasks):
-            if index not in submitted and deps[index] <= done:
-                submitted.add(index)
+        for at, task in enumerate(tasks):
+            if at not in submitted and deps[at] <= done:
+                submitted.add(at)
                 if parallel:
-                    starting(index)
+                    starting(task["index"])
                 engine.submit(task)
         write_json_atomic(batch_json, report.to_json())
 
     def starting(index: int) -> None:
-        Path(prepared[index][2]).unlink(missing_ok=True)  # never let a stale copy pass for this batch's result
-        report.notebooks[index].status = "running"  # left behind if the batch is killed: the build refuses it
+        # Its earlier executed file stays until the new one is whole (written atomically when it
+        # ends); batch.json keeps its earlier record meanwhile (BatchReport.to_json). With no earlier
+        # record, "running" is left behind if the batch is killed, and the build refuses it.
+        report.notebooks[index].status = "running"
 
     def take(task: dict, result: dict | None, error: BaseException | None) -> None:
         """One notebook's result: written (or tried again), its line printed, its dependents freed."""
@@ -100,7 +105,7 @@ def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, liv
             progress.line(f"{head} ok ({seconds}{suffix})")
         else:
             progress.line(f"{head} FAILED ({entry.error}{suffix})")
-        done.add(index)
+        done.add(position[index])
         submit_ready()
 
     try:
@@ -167,7 +172,9 @@ def _write_result(result: dict, entry: NotebookResult, prepared: tuple, report: 
         except Exception as exc:  # noqa: BLE001 - a damaged notebook from a worker is that notebook's failure
             return {"status": "failed", "error": f"the executed notebook came back damaged ({short_error(exc)})"}
         record_source(nb, source)
-        write_text_atomic(Path(output), nbformat.writes(nb))
+        text = nbformat.writes(nb)
+        write_text_atomic(Path(output), text)  # the earlier file stays until this one is whole
+        entry.notebook_sha256 = text_digest(text)
     entry.shown_instead = cluster.notes_entries(result.get("notes") or [])
     try:
         for staged in result.get("staged") or []:
@@ -282,6 +289,8 @@ class _Progress:
             if nb.worker:
                 per_worker[nb.worker] = per_worker.get(nb.worker, 0) + 1
         spread = ", ".join(f"{w}: {n}" for w, n in sorted(per_worker.items()))
-        self.log(f"{ok} of {len(report.notebooks)} notebooks ok, {len(report.notebooks) - ok} failed, "
+        kept = sum(1 for nb in report.notebooks if nb.kept)
+        self.log(f"{ok} of {len(report.notebooks)} notebooks ok" + (f" ({kept} unchanged, kept)" if kept else "")
+                 + f", {len(report.notebooks) - ok} failed, "
                  f"{retried} retried, in {report.seconds:.1f} s on {report.engine}"
                  + (f" (notebooks per worker: {spread})" if len(per_worker) > 1 else ""))

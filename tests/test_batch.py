@@ -38,7 +38,7 @@ def _run(book, out, **kwargs):
         ("scale=0.5", ("scale", 0.5)),
         ("seed=None", ("seed", None)),
         ("flag=True", ("flag", True)),
-        ("variant=tiled", ("variant", "tiled")),
+        ("step=tiled", ("step", "tiled")),
         ("mode=replay", ("mode", "replay")),
         ("label='quoted'", ("label", "quoted")),
         ("expr=a=b", ("expr", "a=b")),
@@ -619,3 +619,93 @@ def test_ctrl_c_stops_the_cluster_and_keeps_only_whole_notebooks(tmp_path, resul
     run = results.load_run(run_id, results_root)
     assert {name.removeprefix("tiny-") for name in run.part_names()} == ok  # only notebooks that ended, whole
     assert results.check_store(results_root) == []
+
+
+# ----------------------------------------------------------------------------- unchanged notebooks are kept
+
+
+def _printed(path):
+    nb = nbformat.read(path, as_version=4)
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+
+
+@pytest.mark.slow
+def test_a_notebook_whose_inputs_are_unchanged_is_kept_and_anything_changed_executes_it(book, tmp_path, results_root,
+                                                                                         monkeypatch):
+    # the package's code, the data and the kernels in folders of the test's own (others may edit the real ones)
+    code, data, kernels = tmp_path / "code", tmp_path / "data", tmp_path / "kernels"
+    for folder in (code, data, kernels / "part"):
+        folder.mkdir(parents=True)
+    (code / "mod.py").write_text("x = 1\n")
+    (data / "reported.csv").write_text("a,b\n")
+    (kernels / "part" / "k.cu").write_text("// kernel\n")
+    monkeypatch.setattr(batch, "CODE_DIR", code)
+    monkeypatch.setenv("KERNELBOOK_DATA_DIR", str(data))
+    monkeypatch.setattr(batch.paths, "kernels_dir", lambda: kernels)
+    out = tmp_path / "out"
+    executed = out / "part" / "good.ipynb"
+    report, _ = _run(book, out, only="*good*", mode="replay", workers=1, parameters={"size": 4})
+    assert report.ok and not report.notebooks[0].kept
+    first = executed.stat().st_mtime_ns
+
+    report, lines = _run(book, out, only="*good*", mode="replay", workers=1, parameters={"size": 4})
+    assert lines[0] == "[1/1] part/good unchanged, kept"
+    assert lines[1].startswith("1 of 1 notebooks ok (1 unchanged, kept), 0 failed")
+    assert report.ok and report.notebooks[0].kept and executed.stat().st_mtime_ns == first
+    saved = {nb["name"]: nb for nb in json.loads((out / "batch.json").read_text())["notebooks"]}
+    assert saved["part/good"]["status"] == "ok" and saved["part/good"]["kept"]
+
+    def executes_again(**kwargs) -> bool:
+        report, lines = _run(book, out, only="*good*", mode="replay", workers=1, **{"parameters": {"size": 4}, **kwargs})
+        assert report.ok, lines
+        return not report.notebooks[0].kept and "unchanged, kept" not in lines[0]
+
+    assert executes_again(parameters={"size": 5}) and "size=5" in _printed(executed)  # other parameters
+    assert executes_again()  # and back
+    assert executes_again(force=True)  # --force
+    source = book / "book" / "part" / "good.md"
+    source.write_text(source.read_text().replace("# Good chapter", "# Good chapter, edited"))
+    assert executes_again()  # its source
+    for changed in (code / "mod.py", data / "reported.csv", kernels / "part" / "k.cu"):  # code, data, its kernels
+        changed.write_text(changed.read_text() + "changed\n")
+        assert executes_again() and not executes_again(), changed
+    (kernels / "other").mkdir()  # another study's kernels: not its inputs
+    (kernels / "other" / "k.cu").write_text("// other\n")
+    assert not executes_again()
+    (results_root / "20990101T0000Z-aaaaaa").mkdir()  # the store it replays
+    (results_root / "20990101T0000Z-aaaaaa" / "manifest.json").write_text("{}")
+    assert executes_again()
+    nb = nbformat.read(executed, as_version=4)
+    nb.cells[-1].outputs[0]["text"] = "edited after the batch\n"
+    nbformat.write(nb, executed)
+    assert executes_again() and "edited after the batch" not in _printed(executed)  # its executed file
+    assert not executes_again()
+
+
+def test_a_measuring_batch_never_keeps_a_notebook(book, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(batch, "unchanged", lambda *a: calls.append(a) or True)
+    monkeypatch.setattr(batch, "shared_inputs", lambda *a: calls.append(a) or {})
+    with pytest.raises(BatchError):  # measuring needs a GPU: refused before anything is compared
+        _run(book, tmp_path / "out", only="*good*", mode="measure")
+    assert calls == []
+
+
+@pytest.mark.slow
+def test_an_interrupted_batch_keeps_the_earlier_executed_notebook_and_its_record(book, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    executed = out / "part" / "good.ipynb"
+    report, _ = _run(book, out, only="*good*", mode="replay", workers=1)
+    assert report.ok
+    before, record = executed.read_bytes(), json.loads((out / "batch.json").read_text())["notebooks"]
+
+    def interrupted(self):
+        assert executed.read_bytes() == before  # queued and started: its earlier file is still there
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cluster.Sequential, "next_result", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _run(book, out, only="*good*", mode="replay", workers=1, force=True)
+    assert executed.read_bytes() == before
+    saved = json.loads((out / "batch.json").read_text())
+    assert saved["interrupted"] and saved["notebooks"] == record  # the earlier page stays buildable
