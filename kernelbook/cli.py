@@ -7,11 +7,14 @@
     kernelbook build [--out DIR] [--executed DIR] [--no-strict]
     kernelbook results [--format jsonl|csv] [--run ID]... [--runs] [--check]
     kernelbook compare RUN_A RUN_B [--study S] [--format md|csv]
+    kernelbook try STUDY SOURCE [-D NAME=VALUE]... [-P name=value]... [--sweep NAME=V1,V2]... [--step SLUG]
+                   [--sizes S1,S2] [--repeats N] [--profile]
+    kernelbook promote RUN_ID
 
 Exit status: 0 when all went well; 1 when a notebook of the batch failed, ``results --check``
-found a problem, or ``compare`` found a regression; 2 when kernelbook refused to go on (a
-``KernelbookError``: its message and its fix are printed, no traceback, because the fix is the
-useful part).
+found a problem, ``compare`` found a regression, or ``try``'s candidate failed its checks; 2 when
+kernelbook refused to go on (a ``KernelbookError``: its message and its fix are printed, no
+traceback, because the fix is the useful part).
 """
 
 from __future__ import annotations
@@ -115,6 +118,44 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("--runs", action="store_true", help="list the recorded runs instead of their measurements")
     res.add_argument("--check", action="store_true",
                      help="validate every run and part of the store; list each problem (exit 1 if any)")
+
+    res.add_argument("--dev", action="store_true",
+                     help="the development store (data/dev: `kernelbook try` runs) instead of data/results")
+
+    tr = commands.add_parser(
+        "try", help="check, time and record a development candidate the way its step's chapter does",
+        description="A .cu file beside a study's steps (a step's own file with other -D values, or a new one) "
+        "stands in for a step: same launches and parameters, its source and defines replaced. It is checked "
+        "against float64 (with the range test where the study has one), timed with the book's timer and "
+        "recorded in the development store (data/dev, git-ignored) under the step's part names, so `kernelbook "
+        "compare` lines it up with a book run; `kernelbook promote RUN_ID` copies it into data/results. "
+        "Needs a CUDA GPU.",
+    )
+    tr.add_argument("study", metavar="STUDY", help="lenet, mlp or vgg")
+    tr.add_argument("source", metavar="SOURCE", help="the candidate's .cu file, e.g. kernels/vgg/12_hopper_fp16.cu")
+    tr.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                    help="a compile-time parameter of the candidate's build (UPPER_CASE); repeatable")
+    tr.add_argument("-P", dest="params", action="append", default=[], metavar="name=value",
+                    help="one of the step's own parameters; repeatable")
+    tr.add_argument("--sweep", action="append", default=[], metavar="NAME=V1,V2",
+                    help="a declared sweep axis (an UPPER_CASE define or a step parameter); repeatable, the "
+                    "configurations are the product; the chapter is then measured at the fastest correct one")
+    tr.add_argument("--step", metavar="SLUG", help="the step it stands in for (default: the step whose .cu it is, "
+                    "else the one step whose kernels it defines)")
+    tr.add_argument("--sizes", metavar="S1,S2", help="the sizes (or, for a study with a row per case, the cases) to "
+                    "time; default the study's")
+    tr.add_argument("--repeats", type=int, metavar="N", help="timed repetitions (default: the study's)")
+    tr.add_argument("--warmup", type=int, metavar="N", help="untimed runs first (default: the study's)")
+    tr.add_argument("--check-shapes", type=int, metavar="N", help="random shapes checked besides the fixed ones")
+    tr.add_argument("--seed", type=int, help="seed of the checks' random shapes")
+    tr.add_argument("--profile", action="store_true", help="also profile it with Nsight Compute")
+
+    pro = commands.add_parser(
+        "promote", help="copy a development run (kernelbook try) into data/results, so a chapter can cite it",
+        description="Validate a run of the development store and copy it whole into data/results. A candidate's "
+        "run is never a step's newest recording: a chapter shows it only when given its run id (replay_run=).",
+    )
+    pro.add_argument("run_id", metavar="RUN_ID")
 
     cmp = commands.add_parser(
         "compare", help="compare two recorded runs, noise-aware (exit 0 same, 1 regressions, 2 refused)",
@@ -303,6 +344,44 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 1 if regressions else 0
 
 
+def _load_study(name: str):
+    """``vgg`` or ``kernelbook.vgg``: the study module's ``STUDY`` (named by the caller: the core
+    imports no study by itself)."""
+    import importlib
+
+    from .errors import StepError
+
+    module = name if "." in name else f"kernelbook.{name}"
+    try:
+        return importlib.import_module(module).STUDY
+    except (ImportError, AttributeError):
+        raise StepError(f"{name!r} is no study.", "pass lenet, mlp or vgg.") from None
+
+
+def _cmd_try(args: argparse.Namespace) -> int:
+    from . import develop
+
+    study = _load_study(args.study)
+    sizes = None
+    if args.sizes:
+        sizes = [develop.parse_value(v.strip()) for v in args.sizes.split(",") if v.strip()]
+    tried = develop.try_candidate(
+        study, args.source, step=args.step,
+        defines=dict(develop.parse_assignment(d, "-D") for d in args.defines),
+        params=dict(develop.parse_assignment(p, "-P") for p in args.params),
+        sweep=dict(develop.parse_sweep(s) for s in args.sweep), sizes=sizes, repeats=args.repeats,
+        warmup=args.warmup, check_shapes=args.check_shapes, seed=args.seed, profile=args.profile,
+        log=lambda line: print(line, flush=True))
+    return 0 if tried.chapter is not None and tried.chapter.correct else 1
+
+
+def _cmd_promote(args: argparse.Namespace) -> int:
+    from . import develop
+
+    develop.promote(args.run_id, log=lambda line: print(line, flush=True))
+    return 0
+
+
 def _cmd_notebook(args: argparse.Namespace) -> int:
     from .notebooks import find, papermill_line, write_notebook
 
@@ -314,7 +393,7 @@ def _cmd_notebook(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": _cmd_run, "build": _cmd_build, "results": _cmd_results, "compare": _cmd_compare,
-            "notebook": _cmd_notebook}
+            "notebook": _cmd_notebook, "try": _cmd_try, "promote": _cmd_promote}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -101,7 +101,7 @@ def _studies(run: results.Run) -> set:
 
 def compare_runs(run_a: str, run_b: str, study: str | None = None) -> tuple[list[str], list[Row]]:
     """The header lines and one row per measurement present in both runs."""
-    a, b = results.load_run(run_a), results.load_run(run_b)
+    a, b = results.find_run(run_a), results.find_run(run_b)
     if study:
         present = sorted(_studies(a) | _studies(b))
         if study not in present:
@@ -109,8 +109,10 @@ def compare_runs(run_a: str, run_b: str, study: str | None = None) -> tuple[list
                                f"hold: {', '.join(present) or 'nothing'}.",
                                f"pass --study as one of {', '.join(present)}, or leave it out." if present
                                else "pick runs that hold measurements (`kernelbook results --runs`).")
-    header = [f"A: {a.run_id} ({a.device}, {a.created_utc}, commit {a.commit})",
-              f"B: {b.run_id} ({b.device}, {b.created_utc}, commit {b.commit})"]
+    header = [f"{name}: {run.run_id} ({run.device}, {run.created_utc}, commit {run.commit})"
+              + (f", candidate {run.manifest['candidate'].get('label', '')} for step "
+                 f"{run.manifest['candidate'].get('step', '')}" if results.is_candidate(run) else "")
+              for name, run in (("A", a), ("B", b))]
     if a.device != b.device:
         header.append(f"WARNING: the runs were measured on different devices ({a.device} vs {b.device}); "
                       "differences in time say more about the devices than about the code.")

@@ -20,6 +20,12 @@ def results_dir() -> Path:
     return _env_path("KERNELBOOK_RESULTS_DIR", data_dir() / "results")
 
 
+def dev_results_dir() -> Path:
+    """Development runs (``kernelbook try``): ``data/dev/<run_id>/``, laid out like the results
+    store and git-ignored; a run reaches ``results_dir()`` only by ``kernelbook promote``."""
+    return _env_path("KERNELBOOK_DEV_DIR", data_dir() / "dev")
+
+
 def cache_dir() -> Path:
     """Derived data (the 86x86 arrays); safe to delete."""
     return _env_path("KERNELBOOK_CACHE_DIR", data_dir() / "cache")

@@ -333,9 +333,30 @@ def damaged_copies(part_name: str, root: Path | None = None) -> list[str]:
     return found
 
 
+def is_candidate(run: Run) -> bool:
+    """A development candidate's run (``kernelbook try``, then ``promote``): its manifest names the
+    candidate. It is read only when asked for by its id, never as a step's newest recording."""
+    return bool(run.manifest.get("candidate"))
+
+
 def runs_with(part_name: str, root: Path | None = None) -> list[Run]:
-    """The readable runs whose part ``part_name`` is valid, oldest first."""
-    return [run for run in list_runs(root) if readable_part(run, part_name) is not None]
+    """The readable runs whose part ``part_name`` is valid, oldest first (a candidate's run, which
+    stands in for a step under the step's own part names, is left out: pages cite it by id)."""
+    return [run for run in list_runs(root) if not is_candidate(run) and readable_part(run, part_name) is not None]
+
+
+def find_run(run_id: str) -> Run:
+    """A run of the book's store or, when that has no such folder, of the development store
+    (``kernelbook try``)."""
+    validate_run_id(run_id)
+    dev = paths.dev_results_dir()
+    if not (paths.results_dir() / run_id).exists() and (dev / run_id).is_dir():
+        return load_run(run_id, dev)
+    if not (paths.results_dir() / run_id).exists():
+        raise ResultsError(f"No recorded run {run_id} under {paths.results_dir()} or {dev}.",
+                           "list the recorded runs with `kernelbook results --runs` (development runs: "
+                           "`kernelbook results --runs --dev`).")
+    return load_run(run_id)
 
 
 def run_with(part_name: str, prefer_run: str | None = None, root: Path | None = None) -> Run | None:

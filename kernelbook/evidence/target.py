@@ -42,6 +42,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--size", type=int, default=None, help="the size per case (default: the study's)")
     parser.add_argument("--case-params", default="{}", help='JSON: {"<case>": {...}}, each case\'s parameters')
     parser.add_argument("--seed", type=int, default=0, help="seed of the NumPy inputs")
+    parser.add_argument("--source", default=None,
+                        help="a development candidate's .cu file (relative to kernels/) standing in for the step "
+                        "(kernelbook try); its compile-time parameters come with --case-params")
     return parser.parse_args(argv)
 
 
@@ -64,6 +67,10 @@ def main(argv=None) -> int:
         per_case = json.loads(args.case_params)
         if not isinstance(per_case, dict):
             raise ValueError("not a JSON object")
+        if args.source:
+            from ..candidate import candidate_impl, candidate_study
+
+            study = candidate_study(study, candidate_impl(study, study.steps.get(args.step).slug, args.source))
         impl = study.impl(args.step)
         size = args.size or study.profile_size
         launches = [(case, study.launch_once(impl.slug, case, size, impl.params(**(per_case.get(case) or {})),

@@ -40,9 +40,10 @@ def profiling_enabled(profile: bool = True) -> bool:
 
 def target_command(study, step: str, case_params: dict, size: int, cases: Iterable[str]) -> list[str]:
     """The profiled program: ``python -m kernelbook.evidence.target --study MODULE ...``."""
+    source = getattr(study, "candidate_source", None)  # a development candidate standing in for the step
     return [sys.executable, "-m", "kernelbook.evidence.target", "--study", study.module, "--step", step,
             "--cases", ",".join(cases), "--size", str(size),
-            "--case-params", json.dumps(case_params, sort_keys=True)]
+            "--case-params", json.dumps(case_params, sort_keys=True), *(["--source", source] if source else [])]
 
 
 def _find_tool(name: str, extra_globs: Iterable[str] = ()) -> str | None:

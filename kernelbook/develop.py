@@ -1,0 +1,510 @@
+"""Development candidates through the book's own loop: ``kernelbook try`` and ``kernelbook promote``.
+
+A *candidate* is a ``.cu`` file beside a study's steps (``kernels/<study>/``), a step's own file
+with other compile-time parameters or a new one, standing in for one step (``--step``): the same
+implementation class (launches, launch arguments, parameters, checks), with the source file
+replaced and the candidate's ``-D`` values added to the step's own. It goes through the loop every
+chapter uses (``chapter.run_chapter``: validate before any launch, poison the output, check against
+float64, the range test where the study has one, time with ``measure.time_gpu``), a declared sweep
+through ``sweep.run_sweep``, the compiler report and Nsight Compute through ``evidence``: nothing
+here times, checks or launches by itself.
+
+Which step a candidate stands for: ``--step`` when given; else the step whose ``.cu`` it is; else
+the one step all of whose kernel names the file (with the local headers it includes) defines. None
+or several is an error that names them and the fix (``--step``).
+
+Compile-time parameters travel as parameters: an UPPER_CASE name in a candidate's parameters is a
+``-D`` of its build (the step's own parameters stay lower-case), so a sweep over ``STAGES`` or over
+``tile`` is the same declared ``Sweep``, each configuration's records name their values, and the
+profilers' separate process (``evidence.target --source``) rebuilds the same candidate from the
+recorded parameters. A name the step's own ``defines()`` sets is refused: the host side derives
+its launch from the same value.
+
+Records go to the development store (``paths.dev_results_dir()``, ``data/dev/``, git-ignored), in
+the schema and under the part names of the book's runs, so ``kernelbook compare DEV_RUN BOOK_RUN``
+lines the candidate up with the step it stands in for. The run's manifest and every part name the
+candidate (``candidate``: study, step, source, defines, the sha256 of each file it compiles); every
+record carries its label; the files themselves are copied into the run (``candidate/``).
+
+``kernelbook promote RUN_ID`` copies a development run, validated, whole (built under a temporary
+name, then renamed) into ``data/results/``, so that a chapter can cite it by run id. A candidate's
+run is never a step's *newest* recording (``results.runs_with`` leaves it out): a page shows it
+only when asked for by its id (``replay_run=``), so promoting never changes what the book replays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import paths, results
+from .errors import ParameterError, ResultsError, StepError
+from .candidate import candidate_impl, candidate_study  # noqa: F401  (re-exported)
+from .kernels import NAME_RE, define_options
+
+#: Where a candidate's files are copied inside its run folder.
+FILES_DIR = "candidate"
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+_ATTRIBUTE = re.compile(r"__(?:launch_bounds|cluster_dims)__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")
+_KERNEL = re.compile(r"__global__\s+void\s+([A-Za-z_]\w*)\s*\(")
+_STEP_FILE = re.compile(r"^\d{2}_")
+
+
+# ------------------------------------------------------------------------------ the candidate
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What a candidate is: the step it stands in for, its file (relative to ``kernels/``), the
+    compile-time parameters given with ``-D``, the step's parameters given with ``-P``, the swept
+    values (name -> values), and the sha256 of every file it compiles (its own and the local
+    headers it includes)."""
+
+    study: str
+    step: str
+    source: str
+    defines: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    sweep: dict = field(default_factory=dict)
+    files: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """``12_hopper_fp16.cu -DHOPPER_CLUSTER=2`` (what a record and a comparison show)."""
+        given = " ".join([*define_options(self.defines), *(f"-P{k}={v}" for k, v in sorted(self.params.items()))])
+        swept = " ".join(f"--sweep {k}={','.join(map(str, v))}" for k, v in self.sweep.items())
+        return " ".join(p for p in (Path(self.source).name, given, swept) if p)
+
+    def as_dict(self) -> dict:
+        return {"study": self.study, "step": self.step, "source": self.source, "defines": dict(self.defines),
+                "params": dict(self.params), "sweep": {k: list(v) for k, v in self.sweep.items()},
+                "files": dict(self.files), "label": self.label}
+
+
+def parse_value(text: str):
+    """``128`` -> 128, ``0.5`` -> 0.5, anything else stays text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_assignment(text: str, option: str) -> tuple[str, object]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise ParameterError(f"{option} {text!r} is not NAME=VALUE.", f"write e.g. {option} BM=128.")
+    return name.strip(), parse_value(value.strip())
+
+
+def parse_sweep(text: str) -> tuple[str, list]:
+    name, sep, values = text.partition("=")
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not sep or not name.strip() or len(items) < 1:
+        raise ParameterError(f"--sweep {text!r} is not NAME=V1,V2,...", "write e.g. --sweep STAGES=3,4.")
+    return name.strip(), [parse_value(v) for v in items]
+
+
+def resolve_source(study, source: str | Path) -> str:
+    """The candidate's file relative to ``kernels/`` (``vgg/x.cu``); it must lie beside the steps."""
+    given = Path(source)
+    folder = (paths.kernels_dir() / study.name).resolve()
+    tried = [given, paths.kernels_dir() / given]
+    if not given.is_absolute() and given.parts[:1] == ("kernels",):  # kernels/<study>/x.cu, wherever kernels/ is
+        tried.insert(0, paths.kernels_dir().joinpath(*given.parts[1:]))
+    found = [p for p in tried if p.is_file()]
+    if not found:
+        raise ParameterError(f"The candidate source {source} does not exist.",
+                             f"pass a .cu file beside the steps, e.g. kernels/{study.name}/my_candidate.cu.")
+    path = found[0].resolve()
+    if path.suffix != ".cu" or path.parent != folder:
+        raise ParameterError(f"The candidate source {source} is not a .cu file in kernels/{study.name}/.",
+                             f"put it beside the steps it stands in for: kernels/{study.name}/<name>.cu "
+                             "(it may include their headers).")
+    relpath = f"{study.name}/{path.name}"
+    if _STEP_FILE.match(path.name) and relpath not in {s.source for s in study.steps}:
+        raise ParameterError(f"kernels/{relpath} is numbered like a step but is none of the {study.name} steps.",
+                             "name a new candidate without the two-digit prefix (e.g. kernels/"
+                             f"{study.name}/{_STEP_FILE.sub('', path.name)}); numbered files are the book's steps.")
+    return relpath
+
+
+def compiled_files(relpath: str) -> list[str]:
+    """The file and the local headers it includes (``#include "x.cuh"``, recursively), relative to
+    ``kernels/``: what its build reads from this project."""
+    root = paths.kernels_dir()
+    seen: list[str] = []
+    todo = [relpath]
+    while todo:
+        rel = todo.pop(0)
+        if rel in seen:
+            continue
+        path = root / rel
+        if not path.is_file():
+            continue
+        seen.append(rel)
+        for name in _INCLUDE.findall(path.read_text(encoding="utf-8", errors="replace")):
+            todo.append((Path(rel).parent / name).as_posix())
+    return seen
+
+
+def kernel_names(relpath: str) -> set[str]:
+    """The ``__global__`` functions the file and its local headers define."""
+    names: set[str] = set()
+    for rel in compiled_files(relpath):
+        text = _ATTRIBUTE.sub(" ", (paths.kernels_dir() / rel).read_text(encoding="utf-8", errors="replace"))
+        names.update(_KERNEL.findall(text))
+    return names
+
+
+def choose_step(study, relpath: str, step: str | None = None) -> str:
+    """The step a candidate stands in for (see the module's rule)."""
+    if step:
+        return study.steps.get(step).slug
+    for entry in study.steps:
+        if entry.source == relpath:
+            return entry.slug
+    defined = kernel_names(relpath)
+    matching = [s.slug for s in study.steps if study.impl(s.slug).kernel_names
+                and set(study.impl(s.slug).kernel_names) <= defined]
+    if len(matching) == 1:
+        return matching[0]
+    what = f"kernels/{relpath} defines the kernels {', '.join(sorted(defined)) or '(none found)'}"
+    if not matching:
+        raise StepError(f"{what}, which are all of no {study.name} step's kernels.",
+                        f"pass --step SLUG, the step it stands in for: one of {', '.join(study.steps.slugs())}.")
+    raise StepError(f"{what}: the kernels of {len(matching)} steps ({', '.join(matching)}).",
+                    f"pass --step SLUG, the step it stands in for: one of {', '.join(matching)}.")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def refuse_own_defines(study, impl, params: dict, names) -> None:
+    """A compile-time name the step's ``defines()`` sets is refused: its launches derive from it."""
+    base = study.impl(impl.slug)
+    clean = {k: v for k, v in params.items() if k in type(base).defaults}
+    sets: set = set()
+    for case in study.cases:
+        size = study.default_sizes[0] if study.default_sizes and study.rows != "cases" else 1
+        try:
+            sets |= set(base.defines(base.params(**clean), study.problem(case, study.size_of(case, size))))
+        except Exception:  # noqa: BLE001 - a step whose defines cannot be derived here is not judged
+            continue
+    clash = sorted(set(names) & sets)
+    if clash:
+        raise ParameterError(f"Step {impl.slug!r} sets {', '.join(clash)} itself (from its parameters and the problem), "
+                             "and its launches follow from that value.",
+                             f"change it through the step's parameters (-P name=value: "
+                             f"{', '.join(sorted(type(base).defaults)) or 'none'}), or give the candidate's own "
+                             "compile-time parameter another name.")
+
+
+# ------------------------------------------------------------------------------ the store
+
+
+@contextmanager
+def development_store():
+    """Inside: every run written or read by the loop is the development store's
+    (``KERNELBOOK_RESULTS_DIR`` pointed at ``paths.dev_results_dir()``, no batch staging)."""
+    from .session import STAGING_ENV
+
+    root = paths.dev_results_dir()
+    saved = {name: os.environ.get(name) for name in ("KERNELBOOK_RESULTS_DIR", STAGING_ENV)}
+    os.environ["KERNELBOOK_RESULTS_DIR"] = str(root)
+    os.environ.pop(STAGING_ENV, None)
+    try:
+        yield root
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _stamp(run: results.Run, candidate: Candidate) -> None:
+    """Name the candidate in every part of its run (parameters and each record's ``candidate``)."""
+    for name in run.part_names():
+        part = run.read_part(name)
+        records = [dict(r, candidate=candidate.label) for r in part["records"]]
+        parameters = dict(part.get("parameters") or {}, candidate=candidate.as_dict())
+        run.write_part(name, part["study"], records, part.get("checks"), part.get("extra"), parameters)
+
+
+def _copy_files(run: results.Run, candidate: Candidate) -> None:
+    for rel in candidate.files:
+        target = run.root / FILES_DIR / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(paths.kernels_dir() / rel, target)
+
+
+# ------------------------------------------------------------------------------ try
+
+
+@dataclass
+class Tried:
+    """What ``try_candidate`` made: its run (in the development store), the chapter of the
+    candidate (at the sweep's best configuration per case when it swept), the sweep, and the
+    compiler and Nsight Compute recordings (None when not asked or not possible)."""
+
+    run: results.Run
+    candidate: Candidate
+    chapter: object = None
+    sweep: object = None
+    compiler: object = None
+    profile: object = None
+    lines: list = field(default_factory=list)
+
+
+def _sizes(study, sizes) -> list:
+    chosen = list(study.default_sizes) if sizes is None else list(sizes)
+    return study.sizes(chosen)
+
+
+def try_candidate(study, source, *, step: str | None = None, defines: dict | None = None,
+                  params: dict | None = None, sweep: dict | None = None, sizes=None, repeats: int | None = None,
+                  warmup: int | None = None, check_shapes: int | None = None, seed: int | None = None,
+                  profile: bool = False, log: Callable[[str], None] = print, timer=None) -> Tried:
+    """Check, time (and with ``profile`` profile) a candidate as its step's chapter would, and
+    record it as a new run of the development store. ``sweep`` (name -> values) measures every
+    configuration first (``sweep.run_sweep``, part ``<study>-<step>-grid``), then the chapter at
+    each case's fastest correct configuration. ``timer`` replaces ``measure.time_gpu`` (tests)."""
+    from . import gpu, harness, provenance
+    from . import sweep as sweep_mod
+    from .chapter import run_chapter
+    from .errors import GPUUnavailable
+
+    defines, params, sweep = dict(defines or {}), dict(params or {}), dict(sweep or {})
+    relpath = resolve_source(study, source)
+    slug = choose_step(study, relpath, step)
+    swept_defines = {k: v[0] for k, v in sweep.items() if NAME_RE.match(k) and k not in type(study.impl(slug)).defaults}
+    impl = candidate_impl(study, slug, relpath, {**swept_defines, **defines})
+    refuse_own_defines(study, impl, params, [*defines, *swept_defines])
+    impl.params(**params, **{k: v[0] for k, v in sweep.items()})  # unknown names refused before any work
+    twice = sorted(set(sweep) & (set(defines) | set(params)))
+    if twice:
+        raise ParameterError(f"{', '.join(twice)} is both swept and set.", "give each name once: -D/-P or --sweep.")
+    chosen = _sizes(study, sizes)
+    ok, why = gpu.availability()
+    if not ok:
+        raise GPUUnavailable(f"kernelbook try measures on a CUDA GPU, but {why}.",
+                             f"run it on the GPU machine (bash scripts/device_try.sh {study.name} kernels/{relpath} ...).")
+    candidate = Candidate(study.name, slug, relpath, defines, params, sweep,
+                          {rel: sha256(paths.kernels_dir() / rel) for rel in compiled_files(relpath)})
+    view = candidate_study(study, impl)
+    with development_store() as root:
+        run = results.create_run({**provenance.manifest_fields(gpu.device_info()), "candidate": candidate.as_dict()},
+                                 root=root)
+        tried = Tried(run, candidate)
+
+        def say(line: str) -> None:
+            tried.lines.append(line)
+            log(line)
+
+        say(f"try {study.name} {slug}: {candidate.label} -> run {run.run_id} in {_shown(root)}")
+        own_check_cases = study.check_cases
+        progress = {"n": 0, "of": 0}   # of: the sweep's configurations while it runs
+
+        def check_cases(impl_, params_, n_random, rng):  # one call per configuration (and per chapter)
+            shown = sweep_mod.config_label({k: params_.get(k) for k in sweep})
+            if progress["of"]:
+                progress["n"] += 1
+                say(f"  [{progress['n']}/{progress['of']}] checking {shown} against float64")
+            else:
+                say(f"checking the candidate{' at ' + shown if shown else ''} against float64")
+            return own_check_cases(impl_, params_, n_random, rng)
+
+        view.check_cases = check_cases
+        case_params = {case: dict(params) for case in study.cases}
+        if sweep:
+            declared = sweep_mod.Sweep(slug, axes=sweep)
+            progress["of"] = len(declared.configurations())
+            say(f"sweep: {progress['of']} configurations of {', '.join(sweep)}, each checked, then timed if it passed")
+            result = sweep_mod.run_sweep(view, declared, mode="measure", run_id=run.run_id, seed=seed,
+                                         sizes=chosen, repeats=repeats, warmup=warmup, timer=timer)
+            progress["of"] = 0
+            tried.sweep = result
+            for line in sweep_lines(result.records):
+                say(line)
+            best = {}
+            for case in dict.fromkeys(case for case, _ in harness.problems(study, chosen)):
+                try:
+                    best[case] = result.best(case)
+                except ResultsError:
+                    continue
+            if not best:
+                say("no configuration passed its checks: nothing more is measured")
+                _finish(run, candidate)
+                return tried
+            case_params = {case: {**params, **best.get(case, next(iter(best.values())))} for case in study.cases}
+            say("chapter at the fastest correct configuration: "
+                + "; ".join(f"{case}: {sweep_mod.config_label(c)}" for case, c in best.items()))
+        measure_hook = None
+        if timer is not None:  # (tests) the chapter's timings through the same replacement timer
+            own_measure = view.measure
+
+            def measure_hook(impl_, case_params_, sizes_, repeats_, warmup_, options_):
+                return harness.measure(view, impl_, case_params_, sizes_, repeats_, warmup_, options_, timer=timer)
+
+            view.measure = measure_hook
+        chapter = run_chapter(view, slug, case_params=case_params, sizes=chosen, repeats=repeats, warmup=warmup,
+                              check_shapes=check_shapes, seed=seed, mode="measure", run_id=run.run_id)
+        if measure_hook is not None:
+            view.measure = own_measure
+        tried.chapter = chapter
+        for line in chapter_lines(chapter):
+            say(line)
+        if chapter.correct:
+            tried.compiler = _evidence(say, "compiler report", lambda: _compiler(chapter))
+            if profile:
+                tried.profile = _evidence(say, "Nsight Compute", lambda: _profile(chapter))
+        _finish(run, candidate)
+        say(f"recorded run {run.run_id} ({_shown(run.root)}); compare: kernelbook compare BOOK_RUN {run.run_id} "
+            f"--study {study.name}")
+    return tried
+
+
+def _compiler(chapter):
+    from .evidence import compiler
+
+    found = compiler.for_chapter(chapter)
+    rows = [r for r in found.records if r["metric"] in ("registers", "spill_store_bytes")]
+    shown = {}
+    for r in rows:
+        shown.setdefault((r.get("kernel"), r["layer"]), {})[r["metric"]] = r["value"]
+    lines = [f"{k}: {v.get('registers', 0):.0f} registers, {v.get('spill_store_bytes', 0):.0f} bytes spilled ({case})"
+             for (k, case), v in shown.items()]
+    return found, lines or [found.status or "no compiler records"]
+
+
+def _profile(chapter):
+    from .evidence import ncu
+
+    found = ncu.for_chapter(chapter, profile=True)
+    if not found.measuring:
+        return found, [f"not profiled: {found.status}"]
+    durations = [r for r in found.records if r["metric"] == "duration_ms"]
+    return found, [found.status] + [f"{r['layer']} {r.get('kernel', '')}: {r['value']:.4f} ms in Nsight Compute"
+                                    for r in durations]
+
+
+def _evidence(say, what: str, make):
+    from .errors import KernelbookError
+
+    try:
+        found, lines = make()
+    except KernelbookError as exc:  # evidence that cannot be made here is said, never fatal
+        say(f"{what}: not recorded ({exc.message})")
+        return None
+    for line in lines:
+        say(f"{what}: {line}")
+    return found
+
+
+def _finish(run: results.Run, candidate: Candidate) -> None:
+    _stamp(run, candidate)
+    _copy_files(run, candidate)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return Path(path).relative_to(paths.REPO_ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _ms(value) -> str:
+    return "–" if value is None else f"{value:.4f} ms"
+
+
+def sweep_lines(records: list[dict]) -> list[str]:
+    """One line per configuration: its check status and time per case and size."""
+    by_config: dict = {}
+    for r in records:
+        by_config.setdefault(r.get("config_label") or "", []).append(r)
+    lines = []
+    for label, rows in by_config.items():
+        cells = [f"{r['layer']}{'' if r['size'] is None else ' size ' + str(r['size'])}: "
+                 f"{_ms(r['value']) if r['value'] is not None else r.get('status', '')}" for r in rows]
+        lines.append(f"  {label}: " + "; ".join(cells))
+    return lines
+
+
+def chapter_lines(chapter) -> list[str]:
+    records = chapter.records
+    failed = [r["layer"] for r in records if r["metric"] == "correct" and r["value"] != 1.0]
+    if failed:
+        errors = sorted({c.get("error") or f"relative L2 error {c.get('rel_l2_error')}" for c in chapter.checks
+                         if not c.get("passed")})
+        return [f"checks: FAILED for {', '.join(failed)} (not timed): {'; '.join(map(str, errors))[:600]}"]
+    lines = [f"checks: passed ({sum(1 for c in chapter.checks)} problems against float64)"]
+    for r in records:
+        if r["metric"] == "op_time_ms":
+            lines.append(f"  {r['layer']}{'' if r['size'] is None else ' size ' + str(r['size'])}: "
+                         f"{_ms(r['value'])} (median of {len(r.get('samples') or [])}, {r.get('timing', '')})")
+    return lines
+
+
+# ------------------------------------------------------------------------------ promote
+
+
+def promote(run_id: str, log: Callable[[str], None] = print) -> results.Run:
+    """Copy a development run into the book's store, whole or not at all, after validating it:
+    its manifest names the candidate, every part reads back valid, and the copied files are the
+    ones whose sha256 it recorded. The development copy stays."""
+    results.validate_run_id(run_id)
+    dev_root, book_root = paths.dev_results_dir(), paths.results_dir()
+    if (book_root / run_id).exists():
+        raise ResultsError(f"Run {run_id} is in {book_root} already.",
+                           "nothing to do: a chapter can cite it (replay_run=...); promote another run id.")
+    if not (dev_root / run_id).is_dir():
+        raise ResultsError(f"No development run {run_id} under {dev_root}.",
+                           "list them with `kernelbook results --runs --dev`; import a device's with "
+                           "scripts/import_device_run.sh.")
+    run = results.load_run(run_id, dev_root)
+    spec = run.manifest.get("candidate")
+    if not isinstance(spec, dict) or not spec.get("source"):
+        raise ResultsError(f"Run {run_id} names no candidate in its manifest: it was not made by `kernelbook try`.",
+                           "promote only runs that `kernelbook try` recorded.")
+    names = run.part_names()
+    if not names:
+        raise ResultsError(f"Run {run_id} holds no part: nothing was measured.", "run the candidate again.")
+    for name in names:
+        part = run.read_part(name)  # raises, naming the file, when damaged
+        unnamed = [r for r in part["records"] if r.get("candidate") != spec.get("label")]
+        if unnamed:
+            raise ResultsError(f"Part {name} of run {run_id} holds {len(unnamed)} record(s) that do not name the "
+                               f"candidate {spec.get('label')!r}.", "promote a run exactly as `kernelbook try` wrote it.")
+    for rel, digest in (spec.get("files") or {}).items():
+        copied = run.root / FILES_DIR / rel
+        if not copied.is_file() or sha256(copied) != digest:
+            raise ResultsError(f"The candidate's file {FILES_DIR}/{rel} in run {run_id} is missing or differs from the "
+                               "sha256 recorded when it ran.", "promote a run exactly as `kernelbook try` wrote it.")
+    for problem in run.stray_files():
+        raise ResultsError(f"{problem} is no part of run {run_id}.", "move it out of the run folder, then promote.")
+    book_root.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{run_id}.", suffix=results.TEMP_DIR_SUFFIX, dir=book_root))
+    try:
+        shutil.copytree(run.root, building, dirs_exist_ok=True)
+        os.chmod(building, 0o755)
+        os.rename(building, book_root / run_id)
+    except OSError:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    promoted = results.load_run(run_id, book_root)
+    for name in promoted.part_names():
+        promoted.read_part(name)
+    log(f"promoted run {run_id} into {_shown(book_root / run_id)} ({len(names)} parts, candidate "
+        f"{spec.get('label')} for step {spec.get('step')}); a chapter cites it with replay_run={run_id!r}")
+    return promoted
+

@@ -1,0 +1,404 @@
+"""Development candidates (``kernelbook try`` / ``promote``) on a fabricated study: NumPy arrays for
+the device, a timer that reads what the last launch was built with, and ``.cu`` files whose text
+and ``-D`` values decide what the "kernel" computes. The loop is the book's own (checks against
+float64, the sweep, the compiler report with nvcc); only the GPU is pretended."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from kernelbook import develop, harness, limits, paths, results
+from kernelbook.errors import GPUUnavailable, ParameterError, ResultsError, StepError
+from kernelbook.measure import Measured
+from kernelbook.steps import Launch, Step, StepImpl, StepList
+from kernelbook.study import Study
+
+# ------------------------------------------------------------------------------ a study in NumPy
+
+HEADER = """#pragma once
+#ifndef SCALE
+#define SCALE 2
+#endif
+"""
+STEP_SOURCE = """#include "rows.cuh"
+#ifndef COST
+#define COST 4
+#endif
+extern "C" __global__ void __launch_bounds__(256, 1) double_rows(float* y, const float* x, int n)
+{
+    int i = blockIdx.x * n + threadIdx.x;
+    if (threadIdx.x < n) y[i] = SCALE * x[i] + 0 * COST;
+}
+"""
+TILED_SOURCE = STEP_SOURCE.replace("double_rows", "double_tiled")
+BUILT: list[dict] = []   # what each launch was built with (the fake timer reads the last one)
+
+
+@dataclass(frozen=True)
+class Vec:
+    b: int
+    n: int
+
+    @property
+    def y_shape(self):
+        return (self.b, self.n)
+
+    @property
+    def flops(self):
+        return self.b * self.n
+
+    @property
+    def min_bytes(self):
+        return 8 * self.b * self.n
+
+    def as_dict(self):
+        return {"b": self.b, "n": self.n}
+
+
+def _define(text: str, name: str) -> int:
+    return int(re.search(rf"#define {name} (\d+)", text).group(1))
+
+
+class Rows(StepImpl):
+    kernel_names = ("double_rows",)
+    defaults = {"threads": 64}
+
+    def launches(self, shape, params):
+        return [Launch(self.kernel_names[0], (shape.b,), (params["threads"],))]
+
+    def launch_args(self, launch, y, operands, shape, params):
+        return (y, operands[0], shape.n)
+
+    def kernel(self, name, params, problem):
+        """The "build": the file (and its header) read as they are, with the defines over them."""
+        folder = paths.kernels_dir()
+        text = "".join((folder / rel).read_text() for rel in develop.compiled_files(self.source))
+        assert re.search(rf"\b{name}\s*\(", text), f"{self.source} defines no {name}"
+        defines = self.defines(params, problem)
+        scale = int(defines.get("SCALE", _define(text, "SCALE")))
+        cost = int(defines.get("COST", _define(text, "COST")))
+
+        def run(grid, block, args, shared_mem=0, stream=None):
+            y, x, n = args
+            BUILT.append({"source": self.source, "scale": scale, "cost": cost})
+            y[...] = scale * x
+
+        return run
+
+
+class Tiled(Rows):
+    kernel_names = ("double_tiled",)
+    defaults = {"threads": 64, "tile": 4}
+
+    def defines(self, params, problem):
+        return {"TILE": params["tile"]}
+
+
+class SameKernel(Rows):
+    pass
+
+
+STEPS = StepList("toy", [Step(0, "rows", "00_rows", "Rows", Rows),
+                         Step(1, "tiled", "01_tiled", "Tiled", Tiled),
+                         Step(2, "same-kernel", "02_same_kernel", "Same kernel", SameKernel)])
+
+
+def fake_timer(fn, repeats, warmup, graph=False, timing="events"):
+    """Runs ``fn``; the "time" is the COST the last launch was built with (so a sweep has a best)."""
+    for _ in range(warmup + repeats):
+        fn()
+    cost = BUILT[-1]["cost"] if BUILT else 1
+    return Measured([0.1 * cost] * repeats, extra={"timing": "cuda-graph" if graph else timing})
+
+
+class Toy(Study):
+    name = "toy"
+    module = "tests.test_develop"
+    title = "Toy"
+    steps = STEPS
+    cases = ("short", "long")
+    default_sizes = (2,)
+    repeats = 3
+    warmup = 1
+    check_shapes = 1
+
+    def array_module(self):
+        return np
+
+    def problem(self, case, size):
+        return Vec(size, {"short": 8, "long": 40}[case])
+
+    def inputs(self, impl, shape, rng, case=None):
+        return (rng.uniform(-1, 1, shape.y_shape).astype(np.float32),)
+
+    def check_cases(self, impl, params, n_random, rng):
+        shapes = [("short", Vec(1, 8)), ("long", Vec(1, 40))] + [("random", Vec(1, 5))] * n_random
+        out = []
+        for label, shape in shapes:
+            (x,) = self.inputs(impl, shape, rng)
+            out.append(harness.CheckCase(label, shape, (x,), lambda x=x: 2 * x.astype(np.float64)))
+        return out
+
+    def measure(self, impl, case_params, sizes, repeats, warmup, options):
+        return harness.measure(self, impl, case_params, sizes, repeats, warmup, options, timer=fake_timer)
+
+
+STUDY = Toy()
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch, results_root):
+    """The toy's kernels folder, a development store beside the book's, and a pretended GPU."""
+    from kernelbook import gpu
+
+    kernels = tmp_path / "kernels"
+    (kernels / "toy").mkdir(parents=True)
+    (kernels / "toy" / "rows.cuh").write_text(HEADER)
+    (kernels / "toy" / "00_rows.cu").write_text(STEP_SOURCE)
+    (kernels / "toy" / "01_tiled.cu").write_text(TILED_SOURCE)
+    (kernels / "toy" / "02_same_kernel.cu").write_text(STEP_SOURCE)
+    monkeypatch.setattr(paths, "kernels_dir", lambda: kernels)
+    dev = tmp_path / "dev"
+    monkeypatch.setenv("KERNELBOOK_DEV_DIR", str(dev))
+    monkeypatch.setenv("KERNELBOOK_COMMIT", "abc123def456")
+    monkeypatch.setattr(gpu, "availability", lambda: (True, "Test GPU 9000"))
+    monkeypatch.setattr(gpu, "device_info", lambda: {"name": "Test GPU 9000", "compute_capability": "9.0"})
+    monkeypatch.setattr(limits, "current", lambda: limits.H100)   # the pretended GPU's limits
+    BUILT.clear()
+    return kernels / "toy", dev, results_root
+
+
+def _try(source, **kwargs):
+    lines: list[str] = []
+    tried = develop.try_candidate(STUDY, source, log=lines.append, timer=fake_timer, **kwargs)
+    return tried, lines
+
+
+def _book_run(step="rows"):
+    """A book run of a step, made by the chapter loop itself into data/results."""
+    from kernelbook.chapter import run_chapter
+
+    return run_chapter(STUDY, step, mode="measure").session.run.run_id
+
+
+# ------------------------------------------------------------------------------ which step
+
+
+def test_a_steps_own_file_stands_for_that_step_and_a_new_file_for_the_step_whose_kernels_it_defines(toy):
+    folder, _, _ = toy
+    assert develop.choose_step(STUDY, "toy/01_tiled.cu") == "tiled"
+    (folder / "tiled_wide.cu").write_text(TILED_SOURCE)
+    assert develop.choose_step(STUDY, "toy/tiled_wide.cu") == "tiled"
+    # the kernel names behind __launch_bounds__ and in an included header count alike
+    (folder / "wrapper.cu").write_text('#include "tiled_wide.cu"\n')
+    assert develop.kernel_names("toy/wrapper.cu") == {"double_tiled"}
+    assert develop.choose_step(STUDY, "toy/wrapper.cu", step="rows") == "rows"
+
+
+def test_a_file_whose_kernels_match_several_steps_or_none_is_refused_naming_the_fix(toy):
+    folder, _, _ = toy
+    (folder / "rows_wide.cu").write_text(STEP_SOURCE)
+    with pytest.raises(StepError, match=r"2 steps \(rows, same-kernel\)") as found:
+        develop.choose_step(STUDY, "toy/rows_wide.cu")
+    assert "--step SLUG" in found.value.fix and "rows, same-kernel" in found.value.fix
+    (folder / "nothing.cu").write_text('extern "C" __global__ void other(float* y) {}\n')
+    with pytest.raises(StepError, match="defines the kernels other, which are all of no toy step") as found:
+        develop.choose_step(STUDY, "toy/nothing.cu")
+    assert "one of rows, tiled, same-kernel" in found.value.fix
+
+
+def test_a_source_outside_the_steps_folder_or_numbered_like_a_step_is_refused(toy, tmp_path):
+    folder, _, _ = toy
+    elsewhere = tmp_path / "x.cu"
+    elsewhere.write_text(STEP_SOURCE)
+    with pytest.raises(ParameterError, match="not a .cu file in kernels/toy/") as found:
+        develop.resolve_source(STUDY, elsewhere)
+    assert "kernels/toy/<name>.cu" in found.value.fix
+    (folder / "07_new.cu").write_text(STEP_SOURCE)
+    with pytest.raises(ParameterError, match="numbered like a step") as found:
+        develop.resolve_source(STUDY, folder / "07_new.cu")
+    assert "kernels/toy/new.cu" in found.value.fix
+    with pytest.raises(ParameterError, match="does not exist"):
+        develop.resolve_source(STUDY, "kernels/toy/missing.cu")
+    assert develop.resolve_source(STUDY, folder / "00_rows.cu") == "toy/00_rows.cu"
+
+
+def test_bad_defines_and_parameters_are_refused_before_anything_runs(toy):
+    _, dev, _ = toy
+    with pytest.raises(ParameterError, match="sets TILE itself") as found:
+        _try("kernels/toy/01_tiled.cu", defines={"TILE": 8})
+    assert "-P name=value: threads, tile" in found.value.fix
+    with pytest.raises(ParameterError, match="-D tile: not a compile-time parameter name"):
+        _try("kernels/toy/01_tiled.cu", defines={"tile": 8})
+    with pytest.raises(ParameterError, match="has no parameter"):
+        _try("kernels/toy/00_rows.cu", params={"blocks": 2})
+    with pytest.raises(ParameterError, match="both swept and set"):
+        _try("kernels/toy/00_rows.cu", defines={"COST": 2}, sweep={"COST": [1, 2]})
+    assert BUILT == [] and not dev.exists()
+
+
+def test_without_a_gpu_try_is_refused_with_the_device_script(toy, monkeypatch):
+    from kernelbook import gpu
+
+    monkeypatch.setattr(gpu, "availability", lambda: (False, "no CUDA GPU on this machine"))
+    with pytest.raises(GPUUnavailable) as found:
+        _try("kernels/toy/00_rows.cu")
+    assert "scripts/device_try.sh toy kernels/toy/00_rows.cu" in found.value.fix
+
+
+# ------------------------------------------------------------------------------ the loop
+
+
+def test_a_candidate_goes_through_the_chapter_loop_into_the_development_store_only(toy):
+    folder, dev, book = toy
+    (folder / "rows_cheap.cu").write_text(STEP_SOURCE.replace("#define COST 4", "#define COST 1"))
+    tried, lines = _try("kernels/toy/rows_cheap.cu", step="rows", defines={"SCALE": 2})
+    assert list(book.iterdir()) == []                        # nothing in data/results
+    run = results.load_run(tried.run.run_id, dev)
+    assert run.manifest["candidate"]["step"] == "rows" and run.manifest["candidate"]["defines"] == {"SCALE": 2}
+    assert {"toy-rows", "toy-rows-compiler"} <= set(run.part_names())
+    part = run.read_part("toy-rows")
+    assert part["parameters"]["candidate"]["label"] == "rows_cheap.cu -DSCALE=2"
+    assert {r["candidate"] for r in part["records"]} == {"rows_cheap.cu -DSCALE=2"}
+    ops = [r for r in part["records"] if r["metric"] == "op_time_ms"]
+    assert [(r["layer"], r["value"], r["params"]) for r in ops] == [
+        ("short", pytest.approx(0.1), {"threads": 64, "SCALE": 2}), ("long", pytest.approx(0.1), {"threads": 64, "SCALE": 2})]
+    assert part["checks"] and all(c["passed"] for c in part["checks"])
+    assert {b["source"] for b in BUILT} == {"toy/rows_cheap.cu"}   # the candidate's file, never the step's
+    # the files it compiled are kept, with their sha256, beside the records
+    files = run.manifest["candidate"]["files"]
+    assert set(files) == {"toy/rows_cheap.cu", "toy/rows.cuh"}
+    assert develop.sha256(run.root / "candidate" / "toy" / "rows.cuh") == files["toy/rows.cuh"]
+    # the compiler report built the candidate with nvcc (the real report, from ptxas)
+    compiled = run.read_part("toy-rows-compiler")["records"]
+    assert {r["source"] for r in compiled} == {"toy/rows_cheap.cu"} and any(r["metric"] == "registers" for r in compiled)
+    assert any(line.startswith("checks: passed") for line in lines) and tried.chapter.correct
+
+
+def test_a_candidate_that_fails_its_float64_check_is_recorded_and_never_timed(toy):
+    _, dev, _ = toy
+    timed = []
+
+    def timer(*args, **kwargs):
+        timed.append(1)
+        return fake_timer(*args, **kwargs)
+
+    lines: list[str] = []
+    tried = develop.try_candidate(STUDY, "kernels/toy/00_rows.cu", defines={"SCALE": 3}, log=lines.append,
+                                  timer=timer)
+    assert timed == [] and not tried.chapter.correct
+    part = results.load_run(tried.run.run_id, dev).read_part("toy-rows")
+    assert {r["metric"] for r in part["records"]} == {"correct"}
+    assert any("FAILED" in line and "not timed" in line for line in lines)
+
+
+def test_a_declared_sweep_is_one_run_then_the_chapter_at_its_best_configuration(toy):
+    _, dev, _ = toy
+    tried, lines = _try("kernels/toy/00_rows.cu", sweep={"COST": [3, 1, 2], "SCALE": [2, 5]})
+    run = results.load_run(tried.run.run_id, dev)
+    grid = run.read_part("toy-rows-grid")["records"]
+    statuses = {(r["config_label"], r["layer"]): (r["status"], r["value"]) for r in grid}
+    assert len(statuses) == 12
+    assert all(s.startswith("failed check") and v is None for (label, _), (s, v) in statuses.items()
+               if "SCALE=5" in label)
+    assert statuses[("COST=1, SCALE=2", "long")] == ("ok", pytest.approx(0.1))
+    # one line per configuration, then the chapter at the fastest correct one
+    assert [line for line in lines if "] checking" in line][0] == "  [1/6] checking COST=3, SCALE=2 against float64"
+    assert sum(1 for line in lines if re.match(r"  \[\d/6\] checking COST=", line)) == 6
+    assert "checking the candidate at COST=1, SCALE=2 against float64" in lines
+    assert sum(1 for line in lines if re.match(r"  COST=\d, SCALE=\d: ", line)) == 6
+    ops = [r for r in run.read_part("toy-rows")["records"] if r["metric"] == "op_time_ms"]
+    assert {r["params"]["COST"] for r in ops} == {1} and all(r["candidate"] for r in ops)
+
+
+# ------------------------------------------------------------------------------ compare, promote
+
+
+def test_compare_lines_a_development_run_up_with_a_book_run(toy, capsys):
+    from kernelbook import cli
+
+    _, dev, book = toy
+    book_run = _book_run()
+    (toy[0] / "rows_cheap.cu").write_text(STEP_SOURCE.replace("#define COST 4", "#define COST 1"))
+    tried, _ = _try("kernels/toy/rows_cheap.cu", step="rows")
+    assert not (book / tried.run.run_id).exists() and (dev / tried.run.run_id).is_dir()
+    status = cli.main(["compare", book_run, tried.run.run_id, "--study", "toy", "--format", "md"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert f"B: {tried.run.run_id}" in out and "candidate rows_cheap.cu for step rows" in out
+    rows = [line for line in out.splitlines() if line.startswith("| toy | rows |") and "op_time_ms" in line]
+    assert len(rows) == 2 and all("| toy-rows |" in r and "| faster |" in r for r in rows)  # 0.4 -> 0.1 ms
+    with pytest.raises(ResultsError, match="No recorded run"):
+        results.find_run("20260101T0000Z-000000")
+
+
+def test_promote_copies_a_validated_run_that_never_becomes_the_steps_newest_recording(toy):
+    from kernelbook import session
+
+    _, dev, book = toy
+    book_run = _book_run()
+    tried, _ = _try("kernels/toy/00_rows.cu", defines={"COST": 1})
+    run_id = tried.run.run_id
+    promoted = develop.promote(run_id, log=lambda line: None)
+    assert promoted.root == book / run_id and (book / run_id / "candidate" / "toy" / "00_rows.cu").is_file()
+    assert results.check_store(book) == []
+    # the book's replay of the step still shows the book's run, however new the candidate is
+    assert results.run_with("toy-rows").run_id == book_run
+    shown = session.replayed("toy-rows", "toy")
+    assert shown.session.run.run_id == book_run
+    # a chapter cites the candidate by its id
+    from kernelbook.chapter import run_chapter
+
+    cited = run_chapter(STUDY, "rows", mode="replay", replay_run=run_id)
+    assert cited.session.run.run_id == run_id and all(r["candidate"] for r in cited.records)
+    with pytest.raises(ResultsError, match="already"):
+        develop.promote(run_id)
+
+
+def test_promote_refuses_a_book_run_an_unknown_run_and_a_changed_candidate_file(toy):
+    _, dev, book = toy
+    with pytest.raises(ResultsError, match="No development run") as found:
+        develop.promote("20260101T0000Z-000000")
+    assert "--dev" in found.value.fix
+    tried, _ = _try("kernels/toy/00_rows.cu")
+    copied = dev / tried.run.run_id / "candidate" / "toy" / "00_rows.cu"
+    copied.write_text(copied.read_text() + "// edited afterwards\n")
+    with pytest.raises(ResultsError, match="differs from the sha256"):
+        develop.promote(tried.run.run_id)
+    assert not (book / tried.run.run_id).exists() and not any(p.name.startswith(".") for p in book.iterdir())
+
+
+def test_the_profilers_process_rebuilds_the_same_candidate(toy):
+    from kernelbook.candidate import candidate_impl, candidate_study
+    from kernelbook.evidence.tools import target_command
+
+    impl = candidate_impl(STUDY, "rows", "toy/00_rows.cu", {"COST": 2})
+    view = candidate_study(STUDY, impl)
+    params = impl.params(SCALE=2)
+    cmd = target_command(view, "rows", {"short": params}, 2, ["short"])
+    assert cmd[-2:] == ["--source", "toy/00_rows.cu"] and '"COST": 2' in cmd[cmd.index("--case-params") + 1]
+    assert "--source" not in target_command(STUDY, "rows", {"short": {}}, 2, ["short"])
+    # what the target builds from the recorded parameters alone
+    again = candidate_study(STUDY, candidate_impl(STUDY, "rows", "toy/00_rows.cu"))
+    rebuilt = again.impl("rows")
+    assert rebuilt.defines(rebuilt.params(**params), Vec(2, 8)) == {"COST": 2, "SCALE": 2}
+    assert again.impl("tiled") is STUDY.impl("tiled") and STUDY.impl("rows").source == "toy/00_rows.cu"
+
+
+def test_the_development_store_is_git_ignored_and_try_imports_no_notebook_stack():
+    ignored = subprocess.run(["git", "check-ignore", "-q", "data/dev/20260101T0000Z-000000/manifest.json"],
+                             cwd=paths.REPO_ROOT)
+    assert ignored.returncode == 0
+    code = ("import sys, kernelbook.cli, kernelbook.develop, kernelbook.chapter, kernelbook.sweep, "
+            "kernelbook.evidence.compiler, kernelbook.evidence.ncu; "
+            "bad = [m for m in ('papermill', 'IPython', 'jupytext', 'nbclient', 'ipykernel') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    found = subprocess.run([__import__("sys").executable, "-c", code], cwd=paths.REPO_ROOT, capture_output=True,
+                           text=True)
+    assert found.returncode == 0, found.stdout + found.stderr
+    assert paths.dev_results_dir() != paths.results_dir()
