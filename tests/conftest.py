@@ -16,6 +16,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory):
+    """The whole book replayed from data/results/ and built strictly, once per test run: (html
+    folder, batch report). Used by the tests marked ``book`` (tests/test_book.py, test_words.py)."""
+    from kernelbook import batch, build
+
+    if not results.list_runs():
+        pytest.skip("no recorded run in data/results/")
+    root = tmp_path_factory.mktemp("book")
+    lines = []
+    report = batch.run_batch(mode="replay", out_dir=root / "executed", log=lines.append, progress_bar=False)
+    assert not report.failed, lines
+    html = build.build_book(executed_dir=root / "executed", path_output=root, strict=True,
+                            stage_dir=root / "stage", log=lambda *_: None)
+    return html, report
+
+
 @pytest.fixture
 def no_gpu(monkeypatch):
     """Behave as a machine without a GPU, whatever this one has."""

@@ -2,29 +2,17 @@
 
 This is what `make book` does on a machine without a GPU; it takes minutes, so these tests are
 marked ``book``: `make test` leaves them out and `make test-book` (which .ci/run calls after
-`make test`) runs them, with this file's one strict whole-book build.
+`make test`) runs them, with one strict whole-book build (the ``built_book`` fixture of
+tests/conftest.py, shared with tests/test_words.py).
 """
 
 import re
 
 import pytest
 
-from kernelbook import batch, build, results
+from kernelbook import results
 
 pytestmark = [pytest.mark.slow, pytest.mark.book]
-
-
-@pytest.fixture(scope="module")
-def built_book(tmp_path_factory):
-    if not results.list_runs():
-        pytest.skip("no recorded run in data/results/")
-    root = tmp_path_factory.mktemp("book")
-    lines = []
-    report = batch.run_batch(mode="replay", out_dir=root / "executed", log=lines.append, progress_bar=False)
-    assert not report.failed, lines
-    html = build.build_book(executed_dir=root / "executed", path_output=root, strict=True,
-                            stage_dir=root / "stage", log=lambda *_: None)
-    return html, report
 
 
 def _text(path):

@@ -130,10 +130,11 @@ def test_a_step_list_refuses_numbers_out_of_order_and_unknown_builds_on():
 
 
 def _whole_book_builders() -> list[str]:
-    """Test modules that replay the whole book: a ``run_batch`` call given no ``toc`` (the real
-    ``_toc.yml``)."""
+    """Test modules (and conftest.py's fixtures) that replay the whole book: a ``run_batch`` call
+    given no ``toc`` (the real ``_toc.yml``)."""
     found = []
-    for path in sorted((paths.REPO_ROOT / "tests").glob("test_*.py")):
+    tests = paths.REPO_ROOT / "tests"
+    for path in sorted(tests.glob("test_*.py")) + [tests / "conftest.py"]:
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "run_batch"
                     and not any(k.arg in ("toc", None) for k in node.keywords)):
@@ -155,9 +156,11 @@ def _recipe(makefile: str, target: str) -> str:
 
 def test_whole_book_tests_are_out_of_make_test_and_run_once_in_ci():
     builders = _whole_book_builders()
-    assert builders == ["test_book.py"], builders  # one strict whole-book build, in one module
-    for name in builders:
-        assert "pytest.mark.book" in (paths.REPO_ROOT / "tests" / name).read_text(), name
+    assert builders == ["conftest.py"], builders  # one strict whole-book build: the built_book fixture
+    users = [p for p in sorted((paths.REPO_ROOT / "tests").glob("test_*.py")) if "(built_book)" in p.read_text()]
+    assert "test_book.py" in [p.name for p in users]
+    for path in users:
+        assert "pytest.mark.book" in path.read_text(), path.name
     makefile = (paths.REPO_ROOT / "Makefile").read_text()
     assert '-m "not gpu and not book"' in _recipe(makefile, "test")
     assert '-m "book and not gpu"' in _recipe(makefile, "test-book")
