@@ -29,6 +29,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -40,8 +41,8 @@ from .atomic import is_temporary, write_json_atomic  # noqa: F401  (write_json_a
 from .errors import ResultsError
 from .measure import Measured
 from .store_schema import (  # noqa: F401  (the validator, re-exported: results.validate_part, ...)
-    CREATED_PATTERN, MANIFEST_KEYS, PART_NAME_PATTERN, RECORD_KEYS, RUN_ID_PATTERN, SCHEMA_VERSION, _bad,
-    _is_finite, _is_text, validate_check, validate_manifest, validate_part, validate_record)
+    CREATED_PATTERN, MANIFEST_KEYS, NUMBER_BOUND, PART_NAME_PATTERN, RECORD_KEYS, RUN_ID_PATTERN, SCHEMA_VERSION,
+    _bad, _is_finite, _is_text, loads, part_owner, validate_check, validate_manifest, validate_part, validate_record)
 
 TEMP_DIR_SUFFIX = ".tmp-run"
 
@@ -49,20 +50,64 @@ TEMP_DIR_SUFFIX = ".tmp-run"
 # ----------------------------------------------------------------------------- atomic I/O
 
 
-def read_json(path: Path) -> Any:
+#: The largest file the store reads (the largest part recorded so far is about 0.2 MB): a larger
+#: one is refused from its size alone, before a byte of it is read.
+MAX_PART_BYTES = 32 * 1024 * 1024
+MAX_MANIFEST_BYTES = 1024 * 1024
+
+
+def _entry(path: Path) -> os.stat_result | None:
+    """``lstat`` of a path of the store (None: there is none); a path that cannot be looked at
+    (a folder above it of mode 000) is a damaged file that names the folder."""
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise _unreadable(path.parent, exc) from None
+
+
+def _unreadable(folder: Path, exc: OSError) -> ResultsError:
+    """A folder of the store that cannot be listed or looked into (mode 000, another owner)."""
+    return ResultsError(f"The folder {folder} cannot be read ({exc.strerror or exc}); it is skipped.",
+                        f"make it readable (`chmod -R a+rX {folder}`), or move its run out of the store.")
+
+
+def _listing(folder: Path) -> list[Path]:
+    """The entries of a folder of the store, sorted; an unreadable folder is a ``ResultsError``."""
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(folder / entry.name for entry in entries)
+    except OSError as exc:
+        raise _unreadable(folder, exc) from None
+
+
+def read_json(path: Path, limit: int = MAX_PART_BYTES) -> Any:
+    """A file of the store, parsed with every number bounded: a symbolic link, anything but a
+    regular file, or a file over ``limit`` bytes is refused before it is read."""
     path = Path(path)
-    if not path.is_file():
+    entry = _entry(path)
+    if entry is None:
         raise ResultsError(
             f"Results file {path} does not exist.",
             "check the run id with `kernelbook results`, or record a run on a GPU.",
         )
+    if stat.S_ISLNK(entry.st_mode):
+        raise _bad(path, "is a symbolic link (the store reads its own files, never a link to one elsewhere)")
+    if not stat.S_ISREG(entry.st_mode):
+        raise _bad(path, "is not a regular file")
+    if entry.st_size > limit:
+        raise _bad(path, f"is {entry.st_size:,} bytes, more than the {limit:,} a results file may hold")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(limit + 1)
     except OSError as exc:  # unreadable (permissions, an I/O error): a damaged file like any other
-        raise _bad(path, f"cannot be read ({exc.strerror or exc})") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        what = "is empty" if path.stat().st_size == 0 else f"is not valid JSON ({exc})"
-        raise _bad(path, what) from exc
+        raise ResultsError(f"Results file {path} cannot be read ({exc.strerror or exc}).",
+                           f"make it readable (`chmod a+r {path}`), or move its run out of the store.") from exc
+    if len(data) > limit:  # it grew since it was looked at
+        raise _bad(path, f"is more than the {limit:,} bytes a results file may hold")
+    return loads(data, path)
 
 
 _PARTS: dict = {}  # path -> ((mtime_ns, size), validated part): a page looks parts up many times
@@ -71,17 +116,14 @@ _PARTS: dict = {}  # path -> ((mtime_ns, size), validated part): a page looks pa
 def _read_part(path: Path) -> dict:
     """Read and validate a part once per version of the file (its mtime and size), not once per
     lookup: finding the newest run that holds a part, then reading it, would read it twice."""
-    if path.is_symlink():
-        raise _bad(path, "is a symbolic link (a part must be a file of its run, not a link to one elsewhere)")
-    try:
-        stat = path.stat()
-    except OSError:
-        return validate_part(read_json(path), path)  # read_json names the missing file
-    key = (stat.st_mtime_ns, stat.st_size)
+    entry = _entry(path)
+    if entry is None or not stat.S_ISREG(entry.st_mode):
+        return validate_part(read_json(path), path)  # read_json names the missing file, the link
+    key = (entry.st_mtime_ns, entry.st_size)
     cached = _PARTS.get(path)
     if cached is not None and cached[0] == key:
         return cached[1]
-    part = validate_part(read_json(path), path)
+    part = validate_part(read_json(path, MAX_PART_BYTES), path)
     if len(_PARTS) > 2048:
         _PARTS.clear()
     _PARTS[path] = (key, part)
@@ -137,21 +179,26 @@ class Run:
     def part_names(self) -> list[str]:
         """The names of the part files (a file whose name is no part name is left out: see
         ``stray_files``)."""
-        folder = self.root / "parts"
-        if not folder.is_dir():
+        return sorted(p.stem for p in self._parts() if p.suffix == ".json" and not is_temporary(p)
+                      and PART_NAME_PATTERN.match(p.stem))
+
+    def _parts(self) -> list[Path]:
+        """What ``parts/`` holds (nothing when it is not there; ``load_run`` refused a link, a file
+        and an unreadable folder)."""
+        try:
+            return _listing(self.root / "parts")
+        except ResultsError:
             return []
-        return sorted(p.stem for p in folder.glob("*.json") if not is_temporary(p) and PART_NAME_PATTERN.match(p.stem))
 
     def stray_files(self) -> list[Path]:
         """Files in ``parts/`` that are no part (a name with spaces, another extension); never read."""
-        folder = self.root / "parts"
-        if not folder.is_dir():
-            return []
-        return sorted(p for p in folder.iterdir()
-                      if not p.name.startswith(".") and not (p.suffix == ".json" and PART_NAME_PATTERN.match(p.stem)))
+        return [p for p in self._parts()
+                if not p.name.startswith(".") and not (p.suffix == ".json" and PART_NAME_PATTERN.match(p.stem))]
 
     def has_part(self, name: str) -> bool:
-        return self.part_path(name).is_file()
+        """Whether the run holds something under the part's name (a link or a folder there is a
+        damaged part, which ``read_part`` refuses, not a missing one)."""
+        return _entry(self.part_path(name)) is not None
 
     def read_part(self, name: str) -> dict:
         """The validated part (shared between callers: treat it as read-only)."""
@@ -230,27 +277,36 @@ def load_run(run_id: str, root: Path | None = None) -> Run:
     validate_run_id(run_id)
     folder = root / run_id
     manifest_path = folder / "manifest.json"
-    if folder.is_symlink():
+    entry = _entry(folder)
+    if entry is not None and stat.S_ISLNK(entry.st_mode):
         raise ResultsError(f"The run folder {folder} is a symbolic link (to {os.readlink(folder)}), not a folder of "
                            "the store; it is never read.",
                            f"remove the link (`rm {folder}`) and copy the run itself into {root} if you mean to keep it.")
-    if not folder.is_dir():
+    if entry is None or not stat.S_ISDIR(entry.st_mode):
         raise ResultsError(
             f"No recorded run {run_id} under {root}.",
             "list the recorded runs with `kernelbook results --runs`.",
         )
-    if not manifest_path.is_file():
+    if _entry(manifest_path) is None:
         raise _bad(manifest_path, "does not exist (the run folder has no manifest)")
-    manifest = validate_manifest(read_json(manifest_path), manifest_path)
+    manifest = validate_manifest(read_json(manifest_path, MAX_MANIFEST_BYTES), manifest_path)
     if manifest["run_id"] != run_id:
         raise _bad(manifest_path, f"run_id {manifest['run_id']!r} does not match its folder")
+    parts = _entry(folder / "parts")
+    if parts is not None:
+        if stat.S_ISLNK(parts.st_mode):
+            raise _bad(folder / "parts", "is a symbolic link (a run's parts are a folder of the run, not a link "
+                                         "to one elsewhere)")
+        if not stat.S_ISDIR(parts.st_mode):
+            raise _bad(folder / "parts", "is not a folder (a run keeps its parts in the folder parts/)")
+        _listing(folder / "parts")  # an unreadable parts folder is said here, once, with its run
     return Run(run_id, folder, manifest)
 
 
 def _run_candidates(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
-    return [p for p in sorted(root.iterdir()) if RUN_ID_PATTERN.match(p.name)]
+    return [p for p in _listing(root) if RUN_ID_PATTERN.match(p.name)]
 
 
 def list_runs(root: Path | None = None, strict: bool = False) -> list[Run]:
@@ -264,7 +320,7 @@ def list_runs(root: Path | None = None, strict: bool = False) -> list[Run]:
     runs = []
     for path in _run_candidates(root):
         try:
-            if not path.is_dir():
+            if not path.is_dir() and not path.is_symlink():
                 raise ResultsError(f"{path} is a file named like a run, not a run folder.",
                                    f"move it out of {root}.")
             runs.append(load_run(path.name, root))
@@ -322,9 +378,9 @@ def damaged_copies(part_name: str, root: Path | None = None) -> list[str]:
         runs = list_runs(root)
     for run in runs:
         path = run.part_path(part_name)
-        if not path.exists() and not path.is_symlink():
-            continue
         try:
+            if not run.has_part(part_name):
+                continue
             _read_part(path)
         except ResultsError as exc:
             found.append(str(exc))
@@ -385,20 +441,24 @@ def check_store(root: Path | None = None) -> list[str]:
                 "check KERNELBOOK_RESULTS_DIR, or restore data/results/ with `git checkout -- data/results`)"]
     if not root.is_dir():
         return [f"{root}: the results folder is a file, not a folder"]
-    for path in sorted(root.iterdir()):
+    try:
+        listing = _listing(root)
+    except ResultsError as exc:
+        return [str(exc)]
+    for path in listing:
         if is_temporary(path) or path.name.endswith(TEMP_DIR_SUFFIX):
             problems.append(f"{path}: left over from an interrupted write (safe to delete)")
             continue
         if not RUN_ID_PATTERN.match(path.name):
             continue
         try:
-            if not path.is_dir():
+            if not path.is_dir() and not path.is_symlink():
                 raise ResultsError(f"{path} is a file named like a run, not a run folder.", f"move it out of {root}.")
             run = load_run(path.name, root)
         except ResultsError as exc:
             problems.append(str(exc))
             continue
-        for leftover in (run.root / "parts").glob(".*"):
+        for leftover in (p for p in run._parts() if p.name.startswith(".")):
             problems.append(f"{leftover}: left over from an interrupted write (safe to delete)")
         for stray in run.stray_files():
             if not is_temporary(stray):

@@ -1,8 +1,11 @@
 """The one validator of the results store: what ``results --check``, every replaying page and
 ``compare`` accept. A manifest, a part, its records and checks are checked field by field:
 strings where names belong, finite numbers where measurements belong (no NaN, no Infinity, no
-text), a part's ``run_id`` and ``name`` equal to its run folder's id and its file's name, and every
-record of the part's own study. A failure is a ``ResultsError`` that names the file and the fix.
+text), every number of a file within ``NUMBER_BOUND`` (a 401-digit integer is a damaged file, not an
+``OverflowError``), a part's ``run_id`` and ``name`` equal to its run folder's id and its file's
+name, its ``study`` the owner its name starts with (``lenet-tiled`` is of the study ``lenet``), and
+every record of the part's own study. A failure is a ``ResultsError`` that names the file and the
+fix. ``loads`` parses a file's text with the same bound, so nothing unbounded is ever built.
 
 A record's fields say what they hold: ``step`` (the step, or the library row, that was measured)
 and ``size`` (the study's size of the measurement: images of a batch in LeNet and VGG, columns in
@@ -13,7 +16,7 @@ nowhere else, so every recorded run replays unchanged and its files are never re
 
 from __future__ import annotations
 
-import math
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,10 @@ RECORD_KEYS = ("study", "step", "layer", "size", "metric", "value")
 OLD_RECORD_NAMES = {"variant": "step", "batch": "size"}
 MANIFEST_KEYS = ("schema", "run_id", "created_utc", "device", "commit", "host")
 CREATED_PATTERN = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?Z$")
+#: The largest magnitude of any number in the store (the recorded runs stay below 1e19: byte and
+#: FLOP counts, clocks); a larger one, or an integer of more digits than this allows, is damage.
+NUMBER_BOUND = 10 ** 30
+_MAX_DIGITS = len(str(NUMBER_BOUND))
 
 
 def _is_text(value) -> bool:
@@ -35,9 +42,73 @@ def _is_text(value) -> bool:
 
 
 def _is_finite(value) -> bool:
-    """A JSON number that is a real measurement: not a bool, not NaN, not infinite."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A JSON number that is a real measurement: not a bool, not NaN, not infinite, within the bound."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= NUMBER_BOUND
 
+
+
+class _Unbounded(ValueError):
+    """A number in a file beyond ``NUMBER_BOUND`` (raised while parsing, before it is built)."""
+
+
+def _bounded_int(text: str) -> int:
+    digits = text.lstrip("-")
+    if len(digits) > _MAX_DIGITS or int(digits) > NUMBER_BOUND:
+        shown = text if len(text) <= 24 else f"{text[:12]}...({len(digits):,} digits)"
+        raise _Unbounded(f"holds the integer {shown}, beyond the bound of {NUMBER_BOUND:.0e} on any number")
+    return int(text)
+
+
+def _bounded_float(text: str) -> float:
+    value = float(text)
+    if not abs(value) <= NUMBER_BOUND:  # an exponent such as 1e999 reads as infinity
+        shown = text if len(text) <= 24 else f"{text[:12]}..."
+        raise _Unbounded(f"holds the number {shown}, beyond the bound of {NUMBER_BOUND:.0e} on any number")
+    return value
+
+
+def loads(text: str | bytes, path: Path):
+    """A results file's JSON, parsed with every number bounded (see ``NUMBER_BOUND``); any
+    failure (not JSON, not UTF-8, too deeply nested, a number out of bounds) names the file."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return json.loads(text, parse_int=_bounded_int, parse_float=_bounded_float)
+    except _Unbounded as exc:
+        raise _bad(path, str(exc)) from None
+    except RecursionError:
+        raise _bad(path, "is nested too deeply to be a results file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _bad(path, "is empty" if not text else f"is not valid JSON ({exc})") from None
+
+
+def _out_of_bounds(value, where: str = "") -> str | None:
+    """Where in ``value`` (a parsed or a to-be-written file) a number lies beyond the bound, or
+    None. NaN is left to the field checks (a failed check's error may be NaN)."""
+    stack = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, bool) or item is None or isinstance(item, str):
+            continue
+        if isinstance(item, (int, float)):
+            if abs(item) > NUMBER_BOUND:
+                return at or "a value"
+        elif isinstance(item, dict):
+            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in item.items())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(item))
+    return None
+
+
+def _check_bounds(value, path: Path) -> None:
+    where = _out_of_bounds(value)
+    if where is not None:
+        raise _bad(path, f"{where} is a number beyond the bound of {NUMBER_BOUND:.0e} (or infinite)")
+
+
+def part_owner(name: str) -> str:
+    """The study (or ``device``) a part's name says it belongs to: ``lenet-tiled-ncu`` -> ``lenet``."""
+    return name.split("-", 1)[0]
 
 
 def _run_folder(path: Path) -> Path:
@@ -56,6 +127,7 @@ def _bad(path: Path, what: str) -> ResultsError:
 def validate_manifest(manifest: Any, path: Path) -> dict:
     if not isinstance(manifest, dict):
         raise _bad(path, "the manifest is not a JSON object")
+    _check_bounds(manifest, path)
     missing = [key for key in MANIFEST_KEYS if key not in manifest]
     if missing:
         raise _bad(path, f"missing key(s) {', '.join(missing)}")
@@ -145,6 +217,7 @@ def validate_check(check: Any, path: Path, index: int) -> dict:
 def validate_part(part: Any, path: Path) -> dict:
     if not isinstance(part, dict):
         raise _bad(path, "the part is not a JSON object")
+    _check_bounds(part, path)
     for key in ("schema", "run_id", "name", "study", "mode", "records", "checks"):
         if key not in part:
             raise _bad(path, f"missing key {key!r}")
@@ -168,6 +241,9 @@ def validate_part(part: Any, path: Path) -> dict:
             raise _bad(path, f"its run_id {part['run_id']!r} is not the id of its run folder {folder!r}")
         if part["name"] != path.stem:
             raise _bad(path, f"its name {part['name']!r} is not its file's name {path.stem!r}")
+    if part["study"] != part_owner(part["name"]):
+        raise _bad(path, f"it says study {part['study']!r}, but its name {part['name']!r} belongs to "
+                         f"{part_owner(part['name'])!r} (a part is of the study its name starts with)")
     part["records"] = [normalize_record(r) if isinstance(r, dict) else r for r in part["records"]]
     for index, record in enumerate(part["records"]):
         validate_record(record, path, index)

@@ -71,7 +71,7 @@ def test_results_runs_lists_run_device_date_commit_parts(recorded, capsys):
 def test_results_run_filter(recorded, results_root, capsys):
     other = results.create_run({"device": {"name": "Other"}, "commit": "def", "host": "h"},
                                run_id="20200101T0000Z-aaaaaa")
-    other.write_part("x", "lenet", [results.record("lenet", "v", "C1", 1, "m", 1.0)])
+    other.write_part("lenet-x", "lenet", [results.record("lenet", "v", "C1", 1, "m", 1.0)])
     assert cli.main(["results", "--run", other.run_id]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["device"] for r in rows] == ["Other"]

@@ -112,8 +112,9 @@ def _hostile_store(root):
     device = {"name": HOSTILE, "compute_capability": HOSTILE, "uuid": HOSTILE}
     run = results.create_run({"device": device, "commit": HOSTILE, "host": HOSTILE, "platform": HOSTILE},
                              root=root)
-    rec = results.record(HOSTILE, HOSTILE, HOSTILE, 1, HOSTILE, 1.5, unit=HOSTILE, kernel=HOSTILE)
-    run.write_part("tiny-hostile", HOSTILE, [rec], [{"label": HOSTILE, "error": HOSTILE, "passed": False, "layer": HOSTILE,
+    # the study is the one its part's name starts with (the store refuses any other), the rest hostile
+    rec = results.record("tiny", HOSTILE, HOSTILE, 1, HOSTILE, 1.5, unit=HOSTILE, kernel=HOSTILE)
+    run.write_part("tiny-hostile", "tiny", [rec], [{"label": HOSTILE, "error": HOSTILE, "passed": False, "layer": HOSTILE,
                                                         "shape": {"B": 1}}],
                    extra={"note": HOSTILE}, parameters={"label": HOSTILE + "recorded", "variant": HOSTILE})
     # a LeNet chapter whose every string field a page shows is hostile

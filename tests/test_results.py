@@ -205,14 +205,14 @@ def test_an_unreadable_file_is_skipped_like_a_damaged_one(results_root, monkeypa
     good = fabricate_chapter(results_root, run_id="20261101T0000Z-aaaaaa")
     bad = fabricate_chapter(results_root, run_id="20261121T0000Z-bbbbbb")
     unreadable = bad.root / "manifest.json"
-    real = Path.read_text
+    real = os.open
 
-    def read_text(self, *args, **kwargs):
-        if self == unreadable:
-            raise PermissionError(errno.EACCES, "Permission denied", str(self))
-        return real(self, *args, **kwargs)
+    def open_(path, *args, **kwargs):
+        if Path(path) == unreadable:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(os, "open", open_)
     with pytest.warns(results.StoreWarning, match="cannot be read"):
         assert [r.run_id for r in results.list_runs()] == [good.run_id]
     assert any("cannot be read" in p and str(unreadable) in p for p in results.check_store())
