@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Bring a device run home: unpack the run.tar.gz that scripts/device_run.sh wrote.
+# Bring a device run home: unpack the run.tar.gz that scripts/device_run.sh wrote (or the
+# try.tar.gz of scripts/device_try.sh, whose development runs go to data/dev/).
 #
 #   scripts/import_device_run.sh TARBALL
 #
@@ -10,7 +11,7 @@
 # copy), the device's logs to _build/device-logs/. Then the runs are validated and listed.
 set -euo pipefail
 if [ $# -ne 1 ] || [ ! -f "$1" ]; then
-  echo "usage: $0 TARBALL   (the run.tar.gz that scripts/device_run.sh left in \$OUT)" >&2
+  echo "usage: $0 TARBALL   (the run.tar.gz of scripts/device_run.sh or try.tar.gz of scripts/device_try.sh)" >&2
   exit 2
 fi
 tarball=$(realpath "$1")
@@ -43,12 +44,33 @@ for run in "${runs[@]}"; do
   fi
 done
 
+# Development runs (kernelbook try) go to the git-ignored data/dev/ (KERNELBOOK_DEV_DIR), never
+# to data/results/.
+DEV=${KERNELBOOK_DEV_DIR:-data/dev}
+dev_runs=()
+if [ -d "$tmp/data/dev" ]; then
+  for dir in "$tmp"/data/dev/*/; do
+    [ -d "$dir" ] || continue
+    if [ -e "$DEV/$(basename "$dir")" ]; then
+      echo "error: $DEV/$(basename "$dir") exists already; nothing was imported. Fix: remove that folder" \
+           "if it is a stale copy, or skip this tarball if it was imported before." >&2
+      exit 1
+    fi
+    dev_runs+=("$(basename "$dir")")
+  done
+fi
+
 mkdir -p data/results
 for run in "${runs[@]}"; do
   cp -a "$tmp/data/results/$run" "data/results/$run"
   echo "imported data/results/$run"
 done
-[ ${#runs[@]} -gt 0 ] || echo "warning: the tarball holds no run folder (did the batch measure?)" >&2
+for run in "${dev_runs[@]}"; do
+  mkdir -p "$DEV"
+  cp -a "$tmp/data/dev/$run" "$DEV/$run"
+  echo "imported $DEV/$run (a development run: kernelbook compare BOOK_RUN $run; kernelbook promote $run)"
+done
+[ $((${#runs[@]} + ${#dev_runs[@]})) -gt 0 ] || echo "warning: the tarball holds no run folder (did the batch measure?)" >&2
 if [ -d "$tmp/_build/executed" ]; then
   mkdir -p _build/executed
   cp -a "$tmp/_build/executed/." _build/executed/
@@ -64,4 +86,10 @@ fi
 for run in "${runs[@]}"; do
   PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m kernelbook results --run "$run" > /dev/null
 done
+for run in "${dev_runs[@]}"; do
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m kernelbook results --dev --run "$run" > /dev/null
+done
+if [ ${#dev_runs[@]} -gt 0 ]; then
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m kernelbook results --runs --dev
+fi
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m kernelbook results --runs

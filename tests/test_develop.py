@@ -402,3 +402,52 @@ def test_the_development_store_is_git_ignored_and_try_imports_no_notebook_stack(
                            text=True)
     assert found.returncode == 0, found.stdout + found.stderr
     assert paths.dev_results_dir() != paths.results_dir()
+
+
+# ------------------------------------------------------------------------------ the device scripts
+
+STAND_IN = """#!/usr/bin/env bash
+# stands in for `python3 -m kernelbook try ARGS` on a machine without a GPU: records a valid run
+echo "try $*"
+exec {python} - "$@" <<'PY'
+import sys
+from kernelbook import results
+run = results.create_run({{"device": {{"name": "Test GPU 9000"}}, "commit": "abc123def456", "host": "device",
+                          "candidate": {{"step": "rows", "label": " ".join(sys.argv[3:])}}}},
+                         root=__import__("kernelbook.paths").paths.dev_results_dir())
+run.write_part("toy-rows", "toy", [results.record("toy", "rows", "short", 2, "op_time_ms", 0.1)])
+PY
+"""
+
+
+def test_the_device_script_packs_each_candidates_run_and_the_import_puts_them_in_the_development_store(
+        tmp_path, results_root):
+    import sys
+    import tarfile
+
+    stand_in = tmp_path / "python"
+    stand_in.write_text(STAND_IN.format(python=sys.executable))
+    stand_in.chmod(0o755)
+    out, device_dev, home_dev = tmp_path / "out", tmp_path / "device-dev", tmp_path / "home-dev"
+    out.mkdir()
+    env = {**__import__("os").environ, "OUT": str(out), "PYTHON": str(stand_in), "KERNELBOOK_DEV_DIR": str(device_dev),
+           "KERNELBOOK_COMMIT": "abc123def456"}
+    done = subprocess.run(["bash", "scripts/device_try.sh", "toy", "kernels/toy/a.cu", "-D", "BM=128", "::",
+                           "toy", "kernels/toy/a.cu", "-D", "BM=64"], cwd=paths.REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "try -m kernelbook try toy kernels/toy/a.cu -D BM=128\n" in done.stdout
+    assert "try -m kernelbook try toy kernels/toy/a.cu -D BM=64\n" in done.stdout
+    with tarfile.open(out / "try.tar.gz") as tar:
+        names = tar.getnames()
+    runs = sorted({n.split("/")[2] for n in names if n.startswith("data/dev/")})
+    assert len(runs) == 2 and "logs/try.log" in names
+    assert all(f"data/dev/{r}/parts/toy-rows.json" in names for r in runs)
+    env["KERNELBOOK_DEV_DIR"] = str(home_dev)
+    done = subprocess.run(["bash", "scripts/import_device_run.sh", str(out / "try.tar.gz")], cwd=paths.REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in home_dev.iterdir()) == runs and list(results_root.iterdir()) == []
+    again = subprocess.run(["bash", "scripts/import_device_run.sh", str(out / "try.tar.gz")], cwd=paths.REPO_ROOT,
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1 and "exists already" in again.stderr
