@@ -278,8 +278,9 @@ def _csv_cell(value) -> str:
 def _printable(value) -> str:
     """Text from the store as a terminal shows it: control characters (an escape sequence in a
     device name) written out, never sent to the terminal."""
-    text = str(value)
-    return text if text.isprintable() else "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    from .escape import terminal_text
+
+    return terminal_text(value)
 
 
 def _part_summary(names: list[str]) -> str:
@@ -332,12 +333,13 @@ def _cmd_results(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare_runs, render
+    from .escape import terminal_text
 
-    header, rows = compare_runs(args.run_a, args.run_b, args.study)
+    header, rows = compare_runs(args.run_a, args.run_b, args.study, require_common=True)
     if args.format == "csv":  # the CSV holds the table only; which runs, on stderr
         for line in header:
-            print(line, file=sys.stderr)
-    sys.stdout.write(render(header, rows, args.format))
+            print(terminal_text(line), file=sys.stderr)
+    sys.stdout.write(terminal_text(render(header, rows, args.format), keep_newlines=True))
     regressions = sum(1 for r in rows if r.regression)
     if regressions:
         print(f"{regressions} regression(s)", file=sys.stderr)
@@ -401,10 +403,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import warnings
 
+    from .escape import terminal_text
     from .results import StoreWarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        print(f"warning: {message}", file=sys.stderr)
+        print(f"warning: {terminal_text(message)}", file=sys.stderr)
 
     warnings.showwarning = show  # a skipped damaged file is one plain line, not a Python warning dump
     warnings.simplefilter("always", StoreWarning)
@@ -412,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except KernelbookError as exc:
         sys.stdout.flush()
-        print(f"error: {exc.message} Fix: {exc.fix}", file=sys.stderr)
+        print(f"error: {terminal_text(exc.message)} Fix: {terminal_text(exc.fix)}", file=sys.stderr)
         return 2
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):  # `kernelbook results | head`: the reader left, which is fine

@@ -11,7 +11,8 @@ difference between two such values is not a regression. Runs of different device
 with a warning in the header: their timings say more about the devices than about the code.
 
 Exit status of ``kernelbook compare``: 0 when nothing regressed, 1 when something did (slower or
-worse beyond the band), 2 when it refused (an unknown run or study, a damaged run).
+worse beyond the band), 2 when it refused (an unknown run or study, a damaged run, two runs with
+no measurement in common: a gate that compared nothing has not passed).
 """
 
 from __future__ import annotations
@@ -99,8 +100,10 @@ def _studies(run: results.Run) -> set:
     return found
 
 
-def compare_runs(run_a: str, run_b: str, study: str | None = None) -> tuple[list[str], list[Row]]:
-    """The header lines and one row per measurement present in both runs."""
+def compare_runs(run_a: str, run_b: str, study: str | None = None,
+                 require_common: bool = False) -> tuple[list[str], list[Row]]:
+    """The header lines and one row per measurement present in both runs (``require_common``:
+    none is a ``ResultsError`` that says what each run holds)."""
     a, b = results.find_run(run_a), results.find_run(run_b)
     if study:
         present = sorted(_studies(a) | _studies(b))
@@ -120,6 +123,16 @@ def compare_runs(run_a: str, run_b: str, study: str | None = None) -> tuple[list
     rows = [Row(key, ra["value"], numbers_b[key]["value"], _spread(ra), _spread(numbers_b[key]), ra.get("unit") or "")
             for key, ra in numbers_a.items() if key in numbers_b]
     rows.sort(key=lambda r: tuple("" if v is None else str(v) for v in r.key))
+    if require_common and not rows:
+        def holds(numbers: dict) -> str:
+            studies = sorted({str(key[0]) for key in numbers})
+            return (f"{len(numbers)} measurement(s) of {', '.join(studies)}" if numbers
+                    else "no readable measurement" + (f" of {study}" if study else ""))
+
+        raise ResultsError(f"Runs {a.run_id} and {b.run_id} have nothing in common to compare: {a.run_id} holds "
+                           f"{holds(numbers_a)}, {b.run_id} holds {holds(numbers_b)}.",
+                           "compare two runs that measured the same steps (`kernelbook results --runs` lists what "
+                           "each holds), or pass --study with a study both hold.")
     return header, rows
 
 

@@ -12,6 +12,10 @@ that did not come from kernelbook's own source goes through one of these:
 - ``html_text(value)`` text inside HTML (table cells, captions);
 - ``shown_path(value)`` a file path as a page may show it: relative to the project, or only the
   file name for a path outside it (a reader's home folder is nobody's business).
+
+A terminal has its own markup, escape sequences (a device name holding ``ESC ] 0 ;`` sets the
+window's title, ``ESC [ 2 J`` clears the screen): ``terminal_text(value)`` writes every control
+character out (``\x1b``) in what a command prints.
 """
 
 from __future__ import annotations
@@ -72,6 +76,16 @@ def shown_value(value):
     if isinstance(value, dict):
         return {k: shown_value(v) for k, v in value.items()}
     return value
+
+
+def terminal_text(value, keep_newlines: bool = False) -> str:
+    """``value`` as a terminal may show it: every character that is not printable (escape
+    sequences, bells, C1 controls, direction overrides) written out as ``\x1b``, ``\u202e``;
+    line breaks kept when ``keep_newlines`` (a table of many lines), else written out too."""
+    text = "" if value is None else str(value)
+    if keep_newlines:
+        return "\n".join(terminal_text(line) for line in text.split("\n"))
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def md_safe(text) -> str:

@@ -108,3 +108,30 @@ def test_csv_is_plain_csv(results_root, capsys):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == 3 and rows[0]["study"] == "lenet" and rows[0]["verdict"] == "same"
     assert all("None" not in v and "(" not in v for row in rows for v in row.values())
+
+
+def test_runs_with_nothing_in_common_are_a_refusal(results_root, capsys):
+    """A CI gate that compared nothing has not passed: exit 2 with what each run holds."""
+    a = _run("20260101T0000Z-aaaaaa", [1.0], [2.0])
+    b = results.create_run({"device": DEVICE, "commit": "c0ffee", "host": "h"}, run_id="20260102T0000Z-bbbbbb")
+    b.write_part("mlp-baseline", "mlp", [results.record("mlp", "baseline", "5x5", 25, "op_time_ms", Measured([1.0]))])
+    for fmt in ("md", "csv"):
+        assert cli.main(["compare", a.run_id, b.run_id, "--format", fmt]) == 2
+        err = capsys.readouterr().err
+        assert "nothing in common" in err and "lenet" in err and "mlp" in err and "Fix:" in err
+
+
+TERMINAL = "\x1b]0;owned\x07\x1b[2J\x9b1m"
+
+
+def test_what_compare_prints_never_holds_terminal_escapes(results_root, capsys):
+    a = _run("20260101T0000Z-aaaaaa", [1.0], [2.0], device={"name": "GPU" + TERMINAL})
+    b = _run("20260102T0000Z-bbbbbb", [1.5], [2.0])
+    b.write_part("lenet-tiled", "lenet", [results.record("lenet", "tiled" + TERMINAL, "C1" + TERMINAL, 1, "m", 1.0)])
+    a.write_part("lenet-tiled", "lenet", [results.record("lenet", "tiled" + TERMINAL, "C1" + TERMINAL, 1, "m", 1.0)])
+    for fmt in ("md", "csv"):
+        assert cli.main(["compare", a.run_id, b.run_id, "--format", fmt]) == 1
+        captured = capsys.readouterr()
+        for text in (captured.out, captured.err):
+            assert not any(ch in text for ch in "\x1b\x07\x9b"), text
+        assert "\\x1b" in captured.out + captured.err  # written out, not dropped
