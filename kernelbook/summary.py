@@ -152,6 +152,8 @@ def devices(study):
     """Each device's recording of every step (rows: step and case, columns: devices)."""
     by_device: dict = {}
     for run in results.list_runs():
+        if results.is_candidate(run):  # a development candidate stands in for a step; it is cited by id only
+            continue
         for slug in study.steps.slugs():
             part = results.readable_part(run, study.part(slug))
             if part is None:

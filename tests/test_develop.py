@@ -337,11 +337,12 @@ def test_compare_lines_a_development_run_up_with_a_book_run(toy, capsys):
         results.find_run("20260101T0000Z-000000")
 
 
-def test_promote_copies_a_validated_run_that_never_becomes_the_steps_newest_recording(toy):
-    from kernelbook import session
+def test_promote_copies_a_validated_run_that_never_becomes_the_steps_newest_recording(toy, monkeypatch):
+    from kernelbook import gpu, session, summary
 
     _, dev, book = toy
     book_run = _book_run()
+    monkeypatch.setattr(gpu, "device_info", lambda: {"name": "Other GPU 1", "compute_capability": "9.0"})
     tried, _ = _try("kernels/toy/00_rows.cu", defines={"COST": 1})
     run_id = tried.run.run_id
     promoted = develop.promote(run_id, log=lambda line: None)
@@ -351,6 +352,7 @@ def test_promote_copies_a_validated_run_that_never_becomes_the_steps_newest_reco
     assert results.run_with("toy-rows").run_id == book_run
     shown = session.replayed("toy-rows", "toy")
     assert shown.session.run.run_id == book_run
+    assert "Only one device" in summary.devices(STUDY).to_html()   # the candidate's device is no book device
     # a chapter cites the candidate by its id
     from kernelbook.chapter import run_chapter
 
