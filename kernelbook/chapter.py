@@ -19,6 +19,9 @@ study's step list's (``StepList.previous``), never typed in a notebook.
 
 from __future__ import annotations
 
+import re
+
+from .errors import MissingValue
 
 from . import params as P
 from .escape import shown_value
@@ -183,7 +186,24 @@ class Chapter(StepRecording):
 
         from .escape import md_safe
 
-        return Markdown("\n".join(f"- {md_safe(line)}" for line in self.verdict_lines(metric)))
+        return Markdown("\n".join(f"- {md_safe(whole_sentence(line))}" for line in self.verdict_lines(metric)))
+
+
+#: What a value missing from a computed sentence leaves behind once formatted: Python's None, nan
+#: or inf, the table's placeholder for "no value" (``format_ms(None)`` is "–") standing alone, a
+#: blank before punctuation ("images , C1"), or empty brackets.
+_BLANK = re.compile(r"\b(?:None|nan|inf)\b|(?:^|(?<=[\s(:]))–(?=\s*(?:[,.;:)]|$))|\s[,.;:](?=\s|$)|\(\s*\)")
+
+
+def whole_sentence(line: str) -> str:
+    """``line`` itself, or an error when a value is missing from it: a page never prints a sentence
+    with a hole where a number belongs (the notebook fails, and so does the strict build)."""
+    found = _BLANK.search(line)
+    if found is not None:
+        raise MissingValue(f"A computed sentence lacks a value (at {found.group(0).strip()!r}): {line!r}.",
+                           "record the value it reads (re-run the step, or the run the sentence names), or "
+                           "make the code that writes the sentence say plainly that the value is not recorded.")
+    return line
 
 
 def run_chapter(study: Study, step: str, params: dict | None = None, case_params: dict | None = None,

@@ -10,6 +10,7 @@ Every error raised on purpose by kernelbook is a ``KernelbookError``; its messag
 - ``DataError``        a missing or malformed data or weights file
 - ``CompileError``     nvcc or NVRTC refused a kernel
 - ``ResultsError``     a missing, malformed or inconsistent results file
+- ``MissingValue``     a computed sentence would print with a value missing
 - ``GPUUnavailable``   a CUDA GPU is needed and none can be used here
 """
 
@@ -55,6 +56,10 @@ class CompileError(KernelbookError, RuntimeError):
 
 class ResultsError(KernelbookError, ValueError):
     """A missing, malformed or inconsistent results file."""
+
+
+class MissingValue(ResultsError):
+    """A sentence computed from the records lacks one of its values (it would render as a blank)."""
 
 
 class GPUUnavailable(KernelbookError, RuntimeError):

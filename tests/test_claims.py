@@ -173,3 +173,172 @@ def test_every_faster_or_slower_is_checked_or_says_why_not(paragraph):
     assert CLAIM.search(paragraph) or NO_CLAIM.search(paragraph), (
         "a speed comparison with no <!-- claim: … --> and no <!-- no-claim: why --> beside it: "
         + paragraph.strip()[:200])
+
+
+# ---------------------------------------------------------------------------------------------
+# Superlatives and rankings. A sentence that ranks ("the fastest FP32-accurate step", "the highest
+# SM throughput of the study", "behind only cuDNN FP16") names the rows it ranks beside it:
+#
+#     <!-- rank: STUDY STEP WORD ROWS METRIC CASE [SIZE] -->
+#
+# WORD is ``fastest``/``slowest`` (a time: the smallest is the fastest), ``highest``/``lowest``, or
+# ``behind-only:OTHER`` (OTHER and no other row is faster than STEP). ROWS is a comma-separated
+# list of steps and library rows, where ``A..B`` stands for the steps from A to B in the study's
+# order; STEP is ranked among ROWS and itself. CASE may join cases with "+" (LeNet's C1+C3: their
+# op times summed).
+
+RANK = re.compile(r"<!-- rank: (\S+) (\S+) (fastest|slowest|highest|lowest|behind-only:\S+) (\S+) (\S+) (\S+)"
+                  r"(?: (\d+))? -->")
+#: Ranking words of the prose: each needs a rank claim, a pairwise claim or a no-claim in its paragraph.
+RANKING = re.compile(r"\b(fastest|slowest|highest|lowest|behind only|ahead of)\b", re.I)
+
+
+def rank_rows(study, rows: str) -> list[str]:
+    """The rows a rank claim names, with ``A..B`` spelled out from the study's step order."""
+    slugs = study.steps.slugs()
+    out: list[str] = []
+    for item in rows.split(","):
+        first, dots, last = item.partition("..")
+        if dots:
+            assert first in slugs and last in slugs, f"{item}: both ends of a range must be steps of {study.name}"
+            out += slugs[slugs.index(first):slugs.index(last) + 1]
+        else:
+            out.append(item)
+    return list(dict.fromkeys(out))
+
+
+def rank_judge(step: str, word: str, values: dict) -> str | None:
+    """Why "STEP is the WORD of ``values``" (row -> value) is false, or None when the numbers bear it out."""
+    smaller_first = word in ("fastest", "lowest") or word.startswith("behind-only:")
+    order = sorted(values, key=lambda r: values[r] if smaller_first else -values[r])
+    if word.startswith("behind-only:"):
+        other = word.partition(":")[2]
+        ahead = order[:order.index(step)]
+        return None if ahead == [other] else (f"ahead of {step} ({values[step]}): {', '.join(ahead) or 'nothing'}, "
+                                              f"not {other} alone")
+    first = order[0] if word in ("fastest", "highest", "lowest") else order[-1]
+    if word == "slowest":
+        first = max(values, key=values.get)
+    return None if first == step else f"{first} ({values[first]}) is the {word}, not {step} ({values[step]})"
+
+
+def rank_claims():
+    found = []
+    for path in _pages():
+        for match in RANK.finditer(path.read_text()):
+            g = match.groups()
+            found.append(pytest.param(*g, id=f"{path.stem}:{g[1]}-{g[2]}-{g[4]}-{g[5]}"))
+    return found
+
+
+@pytest.mark.parametrize("study_name, step, word, rows, metric, case, size", rank_claims())
+def test_rank_claim_agrees_with_the_records(study_name, step, word, rows, metric, case, size):
+    study = importlib.import_module(f"kernelbook.{study_name}").STUDY
+    at = int(size) if size else ANY_BATCH
+    ranked = rank_rows(study, rows)
+    if word.startswith("behind-only:"):
+        ranked.append(word.partition(":")[2])
+    ranked = list(dict.fromkeys([step] + ranked))
+    assert len(ranked) >= 2, "a ranking needs at least one other row"
+    values = {row: sum(value(study, row, metric, c, at) for c in case.split("+")) for row in ranked}
+    why = rank_judge(step, word, values)
+    assert why is None, f"{study_name} {step} {word} among {rows}, {metric} {case} {size or ''}: {why}"
+
+
+def test_the_rank_judge_reads_each_word():
+    times = {"a": 1.0, "b": 2.0, "c": 3.0}
+    assert rank_judge("a", "fastest", times) is None and rank_judge("b", "fastest", times) is not None
+    assert rank_judge("c", "slowest", times) is None and rank_judge("c", "highest", times) is None
+    assert rank_judge("a", "lowest", times) is None and rank_judge("a", "highest", times) is not None
+    assert rank_judge("b", "behind-only:a", times) is None
+    assert rank_judge("c", "behind-only:a", times) is not None      # b is ahead too
+    assert rank_judge("a", "behind-only:b", times) is not None      # nothing is ahead of a
+
+
+def test_a_rank_names_its_rows_from_the_step_order():
+    from kernelbook.vgg import STUDY
+
+    assert rank_rows(STUDY, "tf32..winograd,cudnn-fp32") == [
+        "tf32", "3xtf32", "winograd", "cudnn-fp32"]
+    with pytest.raises(AssertionError, match="both ends"):
+        rank_rows(STUDY, "tf32-gemm..winograd")
+
+
+def rankings():
+    """Every paragraph of prose that ranks with a superlative or "behind only"/"ahead of"."""
+    out = []
+    for path in _pages():
+        for paragraph in re.split(r"\n\s*\n", path.read_text()):
+            if paragraph.lstrip().startswith(("```", ":tags:", "#")) or "*Prediction.*" in paragraph:
+                continue
+            prose = re.sub(r"<!--.*?-->", " ", paragraph, flags=re.S)
+            for match in RANKING.finditer(prose):
+                out.append(pytest.param(paragraph, match.group(0).lower(),
+                                        id=f"{path.stem}:{match.group(0)}:{prose.strip()[:24]}"))
+    return out
+
+
+@pytest.mark.parametrize("paragraph, word", rankings())
+def test_every_ranking_is_checked_or_says_why_not(paragraph, word):
+    """A superlative is checked by a rank claim naming the rows it ranks; "ahead of" and "behind"
+    are checked by a rank claim or a pairwise ``faster``/``slower`` claim; a ranking no record can
+    check (a write-up's, a definition, a development run) carries a no-claim saying why."""
+    pairwise = word == "ahead of" and CLAIM.search(paragraph)
+    assert RANK.search(paragraph) or pairwise or NO_CLAIM.search(paragraph), (
+        f"'{word}' ranks rows with no <!-- rank: STUDY STEP WORD ROWS METRIC CASE [SIZE] --> (or no-claim) "
+        "beside it: " + paragraph.strip()[:200])
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a claim sits. An HTML comment that starts a line inside a paragraph ends the paragraph
+# there (CommonMark lets an HTML block interrupt one), and text after it on its line is swallowed
+# into that block; a comment between a word and its punctuation renders as "word , next". So a
+# claim goes after the punctuation, never at the start of a line that text follows.
+
+def placement_problems(text: str) -> list[str]:
+    problems, lines, fence = [], text.split("\n"), False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        if fence or line.lstrip().startswith("```"):
+            continue
+        if line.lstrip().startswith("<!--"):
+            end = line.find("-->")
+            if end >= 0 and line[end + 3:].strip():
+                problems.append(f"line {i + 1}: text after a comment that starts its line is not rendered: {line[:90]}")
+            before = next((lines[j].strip() for j in range(i - 1, -1, -1) if not lines[j].lstrip().startswith("<!--")), "")
+            after = next((lines[j].strip() for j in range(i + 1, len(lines)) if not lines[j].lstrip().startswith("<!--")), "")
+            if before and after and not before.startswith(("#", "```", ":")):
+                problems.append(f"line {i + 1}: a comment starting a line cuts its paragraph in two: {line[:90]}")
+        for match in re.finditer(r"\s<!--(?:(?!-->).)*-->[ \t]*[,.;:)]", line):
+            problems.append(f"line {i + 1}: a comment before punctuation renders as a space before it: "
+                            f"…{match.group(0)[-60:]}")
+    return problems
+
+
+def test_the_placement_rule_sees_each_fault():
+    assert placement_problems("images\n<!-- claim: x -->, C1 only\nmore") != []
+    assert placement_problems("cores <!-- claim: x -->, though") != []
+    assert placement_problems("cores, <!-- claim: x --> though\nnext line\n<!-- no-claim: y -->\n\nnew") == []
+    assert placement_problems("<!-- no-claim: z -->\nA paragraph after its note.") == []
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, id=p.stem) for p in _pages()])
+def test_claims_sit_where_they_break_no_sentence(page):
+    problems = placement_problems(page.read_text())
+    assert not problems, f"{page.relative_to(paths.book_dir())}: " + "; ".join(problems)
+
+
+def test_a_computed_sentence_missing_a_value_fails_the_page():
+    """The verdict's sentences are computed; one that lost a value raises (the notebook fails, and
+    the strict build refuses it) instead of printing a blank where the number belongs."""
+    from kernelbook.chapter import whole_sentence
+    from kernelbook.errors import MissingValue
+
+    fine = "C1 at images 10,000: 0.516 ms, 1.07× faster than the previous step (hopper-final, 0.550 ms)."
+    assert whole_sentence(fine) == fine
+    assert whole_sentence("steps 00–12 (run a), at 5 – 6 µs") is not None
+    for broken in ("C1 at images 10,000: –, 1.07× faster", "at 10,000 images , C1 only slightly",
+                   "takes None ms", "a ratio of nan×", "the library () is ahead"):
+        with pytest.raises(MissingValue, match="lacks a value"):
+            whole_sentence(broken)
