@@ -100,11 +100,27 @@ def _studies(run: results.Run) -> set:
     return found
 
 
+def find_run(run_id: str) -> results.Run:
+    """A run of the book's store or, when that has no such folder, of the development store
+    (``kernelbook try``)."""
+    from . import paths
+
+    results.validate_run_id(run_id)
+    book, dev = paths.results_dir(), paths.dev_results_dir()
+    if not (book / run_id).exists() and (dev / run_id).is_dir():
+        return results.load_run(run_id, dev)
+    if not (book / run_id).exists():
+        raise ResultsError(f"No recorded run {run_id} under {book} or {dev}.",
+                           "list the recorded runs with `kernelbook results --runs` (development runs: "
+                           "`kernelbook results --runs --dev`).")
+    return results.load_run(run_id)
+
+
 def compare_runs(run_a: str, run_b: str, study: str | None = None,
                  require_common: bool = False) -> tuple[list[str], list[Row]]:
     """The header lines and one row per measurement present in both runs (``require_common``:
     none is a ``ResultsError`` that says what each run holds)."""
-    a, b = results.find_run(run_a), results.find_run(run_b)
+    a, b = find_run(run_a), find_run(run_b)
     if study:
         present = sorted(_studies(a) | _studies(b))
         if study not in present:

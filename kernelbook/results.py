@@ -401,20 +401,6 @@ def runs_with(part_name: str, root: Path | None = None) -> list[Run]:
     return [run for run in list_runs(root) if not is_candidate(run) and readable_part(run, part_name) is not None]
 
 
-def find_run(run_id: str) -> Run:
-    """A run of the book's store or, when that has no such folder, of the development store
-    (``kernelbook try``)."""
-    validate_run_id(run_id)
-    dev = paths.dev_results_dir()
-    if not (paths.results_dir() / run_id).exists() and (dev / run_id).is_dir():
-        return load_run(run_id, dev)
-    if not (paths.results_dir() / run_id).exists():
-        raise ResultsError(f"No recorded run {run_id} under {paths.results_dir()} or {dev}.",
-                           "list the recorded runs with `kernelbook results --runs` (development runs: "
-                           "`kernelbook results --runs --dev`).")
-    return load_run(run_id)
-
-
 def run_with(part_name: str, prefer_run: str | None = None, root: Path | None = None) -> Run | None:
     """The run to read ``part_name`` from: ``prefer_run`` when it exists and holds it (so a page
     compares like with like), else the newest run that holds it; None when no run does."""

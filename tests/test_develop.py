@@ -333,8 +333,10 @@ def test_compare_lines_a_development_run_up_with_a_book_run(toy, capsys):
     assert f"B: {tried.run.run_id}" in out and "candidate rows_cheap.cu for step rows" in out
     rows = [line for line in out.splitlines() if line.startswith("| toy | rows |") and "op_time_ms" in line]
     assert len(rows) == 2 and all("| toy-rows |" in r and "| faster |" in r for r in rows)  # 0.4 -> 0.1 ms
+    from kernelbook.compare import find_run
+
     with pytest.raises(ResultsError, match="No recorded run"):
-        results.find_run("20260101T0000Z-000000")
+        find_run("20260101T0000Z-000000")
 
 
 def test_promote_copies_a_validated_run_that_never_becomes_the_steps_newest_recording(toy, monkeypatch):
