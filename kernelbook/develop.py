@@ -290,10 +290,10 @@ def try_candidate(study, source, *, step: str | None = None, defines: dict | Non
     swept_defines = {k: v[0] for k, v in sweep.items() if NAME_RE.match(k) and k not in type(study.impl(slug)).defaults}
     impl = candidate_impl(study, slug, relpath, {**swept_defines, **defines})
     refuse_own_defines(study, impl, params, [*defines, *swept_defines])
-    impl.params(**params, **{k: v[0] for k, v in sweep.items()})  # unknown names refused before any work
     twice = sorted(set(sweep) & (set(defines) | set(params)))
     if twice:
         raise ParameterError(f"{', '.join(twice)} is both swept and set.", "give each name once: -D/-P or --sweep.")
+    impl.params(**params, **{k: v[0] for k, v in sweep.items()})  # unknown names refused before any work
     chosen = _sizes(study, sizes)
     ok, why = gpu.availability()
     if not ok:
@@ -369,8 +369,9 @@ def try_candidate(study, source, *, step: str | None = None, defines: dict | Non
             if profile:
                 tried.profile = _evidence(say, "Nsight Compute", lambda: _profile(chapter))
         _finish(run, candidate)
-        say(f"recorded run {run.run_id} ({_shown(run.root)}); compare: kernelbook compare BOOK_RUN {run.run_id} "
-            f"--study {study.name}")
+    book = results.run_with(study.part(slug))   # (the book's store again: the newest book run of the step)
+    say(f"recorded run {run.run_id} ({_shown(run.root)}); compare it with the book's newest run of {slug}: "
+        f"kernelbook compare {book.run_id if book else 'BOOK_RUN'} {run.run_id} --study {study.name}")
     return tried
 
 

@@ -325,8 +325,9 @@ def test_compare_lines_a_development_run_up_with_a_book_run(toy, capsys):
     _, dev, book = toy
     book_run = _book_run()
     (toy[0] / "rows_cheap.cu").write_text(STEP_SOURCE.replace("#define COST 4", "#define COST 1"))
-    tried, _ = _try("kernels/toy/rows_cheap.cu", step="rows")
+    tried, lines = _try("kernels/toy/rows_cheap.cu", step="rows")
     assert not (book / tried.run.run_id).exists() and (dev / tried.run.run_id).is_dir()
+    assert lines[-1].endswith(f"kernelbook compare {book_run} {tried.run.run_id} --study toy")
     status = cli.main(["compare", book_run, tried.run.run_id, "--study", "toy", "--format", "md"])
     out = capsys.readouterr().out
     assert status == 0
