@@ -189,17 +189,21 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def refuse_own_defines(study, impl, params: dict, names) -> None:
-    """A compile-time name the step's ``defines()`` sets is refused: its launches derive from it."""
+def refuse_own_defines(study, impl, params: dict, names, sweep: dict | None = None) -> None:
+    """A compile-time name the step's ``defines()`` sets is refused: its launches derive from it
+    (judged at the given parameters and at each swept value of the step's own parameters)."""
     base = study.impl(impl.slug)
-    clean = {k: v for k, v in params.items() if k in type(base).defaults}
+    own = type(base).defaults
+    clean = {k: v for k, v in params.items() if k in own}
+    variants = [clean] + [{**clean, k: v} for k, values in (sweep or {}).items() if k in own for v in values]
     sets: set = set()
+    size = study.default_sizes[0] if study.default_sizes and study.rows != "cases" else 1
     for case in study.cases:
-        size = study.default_sizes[0] if study.default_sizes and study.rows != "cases" else 1
-        try:
-            sets |= set(base.defines(base.params(**clean), study.problem(case, study.size_of(case, size))))
-        except Exception:  # noqa: BLE001 - a step whose defines cannot be derived here is not judged
-            continue
+        for given in variants:
+            try:
+                sets |= set(base.defines(base.params(**given), study.problem(case, study.size_of(case, size))))
+            except Exception:  # noqa: BLE001 - a step whose defines cannot be derived here is not judged
+                continue
     clash = sorted(set(names) & sets)
     if clash:
         raise ParameterError(f"Step {impl.slug!r} sets {', '.join(clash)} itself (from its parameters and the problem), "
@@ -289,7 +293,7 @@ def try_candidate(study, source, *, step: str | None = None, defines: dict | Non
     slug = choose_step(study, relpath, step)
     swept_defines = {k: v[0] for k, v in sweep.items() if NAME_RE.match(k) and k not in type(study.impl(slug)).defaults}
     impl = candidate_impl(study, slug, relpath, {**swept_defines, **defines})
-    refuse_own_defines(study, impl, params, [*defines, *swept_defines])
+    refuse_own_defines(study, impl, params, [*defines, *swept_defines], sweep)
     twice = sorted(set(sweep) & (set(defines) | set(params)))
     if twice:
         raise ParameterError(f"{', '.join(twice)} is both swept and set.", "give each name once: -D/-P or --sweep.")

@@ -96,7 +96,7 @@ class Tiled(Rows):
     defaults = {"threads": 64, "tile": 4}
 
     def defines(self, params, problem):
-        return {"TILE": params["tile"]}
+        return {"TILE": params["tile"], **({"WIDE": 1} if params["tile"] > 4 else {})}
 
 
 class SameKernel(Rows):
@@ -233,6 +233,8 @@ def test_bad_defines_and_parameters_are_refused_before_anything_runs(toy):
     with pytest.raises(ParameterError, match="sets TILE itself") as found:
         _try("kernels/toy/01_tiled.cu", defines={"TILE": 8})
     assert "-P name=value: threads, tile" in found.value.fix
+    with pytest.raises(ParameterError, match="sets WIDE itself"):   # the step sets it for one swept value
+        _try("kernels/toy/01_tiled.cu", defines={"WIDE": 1}, sweep={"tile": [4, 8]})
     with pytest.raises(ParameterError, match="-D tile: not a compile-time parameter name"):
         _try("kernels/toy/01_tiled.cu", defines={"tile": 8})
     with pytest.raises(ParameterError, match="has no parameter"):
