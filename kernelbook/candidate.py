@@ -8,6 +8,7 @@ builds the same stand-in as the process that checked and timed it.
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 
 from .errors import ParameterError
 from .kernels import NAME_RE, define_options
@@ -67,3 +68,17 @@ def candidate_study(study, impl):
     view.impl = lambda slug: impl if slug == impl.slug else own(slug)
     view.candidate_source = impl.candidate_source
     return view
+
+
+@contextmanager
+def standing_in(study, impl):
+    """Inside: the study's step list answers ``impl`` for its step everywhere in this process, so a
+    study's own look-ups by slug (a network that runs a step's layers, a public ``forward``) reach the
+    candidate as the harness does; the step's own implementation is put back afterwards."""
+    impls = study.steps._impls
+    own = impls[impl.slug]
+    impls[impl.slug] = impl
+    try:
+        yield
+    finally:
+        impls[impl.slug] = own

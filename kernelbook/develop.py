@@ -46,7 +46,7 @@ from typing import Callable
 
 from . import paths, results
 from .errors import ParameterError, ResultsError, StepError
-from .candidate import candidate_impl, candidate_study  # noqa: F401  (re-exported)
+from .candidate import candidate_impl, candidate_study, standing_in  # noqa: F401  (re-exported)
 from .kernels import NAME_RE, define_options
 
 #: Where a candidate's files are copied inside its run folder.
@@ -306,7 +306,7 @@ def try_candidate(study, source, *, step: str | None = None, defines: dict | Non
     candidate = Candidate(study.name, slug, relpath, defines, params, sweep,
                           {rel: sha256(paths.kernels_dir() / rel) for rel in compiled_files(relpath)})
     view = candidate_study(study, impl)
-    with development_store() as root:
+    with development_store() as root, standing_in(study, impl):
         run = results.create_run({**provenance.manifest_fields(gpu.device_info()), "candidate": candidate.as_dict()},
                                  root=root)
         tried = Tried(run, candidate)

@@ -144,6 +144,10 @@ class Toy(Study):
             out.append(harness.CheckCase(label, shape, (x,), lambda x=x: 2 * x.astype(np.float64)))
         return out
 
+    def case_records(self, impl, case, shape, params, operands, run, output, op, context, time):
+        """A study's own look-up by slug (as LeNet's network does) must reach what is timed."""
+        return [("looked_up_is_timed", float(STEPS.impl(impl.slug) is impl), "")]
+
     def measure(self, impl, case_params, sizes, repeats, warmup, options):
         return harness.measure(self, impl, case_params, sizes, repeats, warmup, options, timer=fake_timer)
 
@@ -271,6 +275,8 @@ def test_a_candidate_goes_through_the_chapter_loop_into_the_development_store_on
     assert [(r["layer"], r["value"], r["params"]) for r in ops] == [
         ("short", pytest.approx(0.1), {"threads": 64, "SCALE": 2}), ("long", pytest.approx(0.1), {"threads": 64, "SCALE": 2})]
     assert part["checks"] and all(c["passed"] for c in part["checks"])
+    assert [r["value"] for r in part["records"] if r["metric"] == "looked_up_is_timed"] == [1.0, 1.0]
+    assert type(STEPS.impl("rows")) is Rows                   # the step's own implementation is back
     assert {b["source"] for b in BUILT} == {"toy/rows_cheap.cu"}   # the candidate's file, never the step's
     # the files it compiled are kept, with their sha256, beside the records
     files = run.manifest["candidate"]["files"]

@@ -67,10 +67,12 @@ def main(argv=None) -> int:
         per_case = json.loads(args.case_params)
         if not isinstance(per_case, dict):
             raise ValueError("not a JSON object")
-        if args.source:
+        if args.source:  # this process launches the candidate only: it stands in for the step throughout
             from ..candidate import candidate_impl, candidate_study
 
-            study = candidate_study(study, candidate_impl(study, study.steps.get(args.step).slug, args.source))
+            stand = candidate_impl(study, study.steps.get(args.step).slug, args.source)
+            study.steps._impls[stand.slug] = stand
+            study = candidate_study(study, stand)
         impl = study.impl(args.step)
         size = args.size or study.profile_size
         launches = [(case, study.launch_once(impl.slug, case, size, impl.params(**(per_case.get(case) or {})),
