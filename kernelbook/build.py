@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import paths
-from .batch import book_notebooks, notebook_name
+from .batch import LOCK_NAME, book_notebooks, notebook_name
 from .errors import KernelbookError
 
 #: Folders next to ``book/`` that are copied into the stage too, so that a page's
@@ -106,6 +106,11 @@ def _batch_problems(executed_dir: Path, names: list[str], sources: dict[str, Pat
         elif entry.get("status") != "ok":
             why = {"running": "interrupted while it ran", "pending": "never ran: the batch stopped before it"}
             bad.append(f"{name} ({why.get(entry.get('status'), entry.get('error') or entry.get('status'))})")
+        elif not entry.get("notebook_sha256"):
+            bad.append(f"{name} (the batch record holds no digest of its executed file: an older batch wrote it)")
+        elif entry["notebook_sha256"] != source_digest(executed_dir / f"{name}.ipynb"):
+            bad.append(f"{name} (its executed file is not the one the batch wrote: it was edited after the batch, "
+                       "or comes from another folder)")
         elif entry.get("source_sha256") and entry["source_sha256"] != source_digest(sources[name]):
             stale.append(name)
     return bad, stale
@@ -145,6 +150,9 @@ def stage_book(
     if running:
         raise BuildError(f"A batch (process {running.get('pid')}) is writing to {executed_dir} since "
                          f"{running.get('since')}.", "wait for it to finish, then build.")
+    if not executed_dir.is_dir():
+        raise BuildError(f"The folder of executed notebooks {executed_dir} does not exist.",
+                         "run `kernelbook run` first (`kernelbook run --out DIR` writes DIR; pass that as --executed).")
     notebooks = book_notebooks(toc)
     names = [notebook_name(nb, book_root) for nb in notebooks]
     executed = {name: executed_dir / f"{name}.ipynb" for name in names}
@@ -154,6 +162,7 @@ def stage_book(
             f"No executed notebook for {', '.join(missing)} in {executed_dir}.",
             f"run `kernelbook run --only '{_only_pattern(missing)}'` (or `kernelbook run` for the whole book) first.",
         )
+    notebooks_read = {name: _read_executed(path, name) for name, path in executed.items()}  # a damaged file first
     bad, stale = _batch_problems(executed_dir, names, dict(zip(names, notebooks)))
     if bad:
         message = f"The batch record refuses {len(bad)} notebook(s): {'; '.join(bad)}."
@@ -166,7 +175,6 @@ def stage_book(
                        "or build with --no-strict to publish them as they are.")
             raise BuildError(message, fix)
         log(f"warning: {message}")
-    notebooks_read = {name: _read_executed(path, name) for name, path in executed.items()}
     crashed = [name for name, nb in notebooks_read.items() if _failed_in_batch(nb)]
     for name, nb in notebooks_read.items():
         kernels = stale_sources(nb, root)
@@ -200,10 +208,26 @@ def stage_book(
         if (root / sibling).is_dir():
             shutil.copytree(root / sibling, stage_dir / sibling, ignore=_IGNORE)
 
+    import nbformat
+
+    from .publish import clean_notebook
+
+    refused = []
     for source, name in zip(notebooks, names):
         staged = stage_dir / source.resolve().relative_to(root)
         staged.unlink(missing_ok=True)
-        shutil.copy2(executed[name], staged.with_suffix(".ipynb"))
+        nb = notebooks_read[name]
+        for problem in clean_notebook(nb, root):
+            refused.append(f"{name} ({problem})")
+        nbformat.write(nb, staged.with_suffix(".ipynb"))
+    if refused:
+        message = (f"{len(refused)} output(s) hold what the book does not publish: {'; '.join(refused[:10])}"
+                   + (f" (and {len(refused) - 10} more)" if len(refused) > 10 else "") + ".")
+        if strict:
+            raise BuildError(message, "re-run the notebook(s) (`kernelbook run --only '"
+                             + _only_pattern([entry.split(" ")[0] for entry in refused])
+                             + "'`) without that output, or build with --no-strict to publish them with it removed.")
+        log(f"warning: {message} It is removed from the page.")
     return stage_dir
 
 
@@ -233,7 +257,7 @@ def build_book(
     toc = Path(toc) if toc else paths.REPO_ROOT / "_toc.yml"
     config = Path(config) if config else toc.parent / "_config.yml"
     book_root = Path(book_root) if book_root else paths.book_dir()
-    stage_dir = Path(stage_dir) if stage_dir else paths.build_dir() / "stage"
+    stage_dir = Path(stage_dir) if stage_dir else None  # None: a folder of its own, beside the output
     if not config.is_file():
         raise BuildError(f"No Jupyter Book configuration at {config}.", "create _config.yml next to _toc.yml.")
 
@@ -254,24 +278,78 @@ def _os_error(exc: OSError, path_output: Path) -> BuildError:
     return BuildError(f"The build stopped at {where}: {exc.strerror or exc}.", "fix what the message names and build again.")
 
 
+#: Beside the book (``_build/``): the digest of what its last successful build was made from.
+BUILT_RECORD = ".book-inputs.json"
+
+
 def _build(executed_dir, path_output, strict, toc, config, book_root, stage_dir, log) -> Path:
     path_output = path_output.resolve()
     build_root = path_output / "_build"
     build_root.mkdir(parents=True, exist_ok=True)  # first, so an unwritable --out fails before any work
     _recover(build_root)
-    stage = stage_book(executed_dir, stage_dir, toc=toc, config=config, book_root=book_root,
-                       strict=strict, log=log)
     html = build_root / "html"
-    # Into a fresh temporary output beside the book, swapped in only when the build succeeded: a
-    # failed or killed build leaves the previous book whole, and no page of a removed notebook
-    # survives (every page is re-read, so -W sees every warning).
+    from .batch import held_by
+
+    digest = None if held_by(executed_dir) else inputs_digest(executed_dir, toc, config, book_root, strict)
+    if digest is not None and (html / "index.html").is_file() and _last_built(build_root) == digest:
+        log(f"the book is unchanged since its last build (its executed notebooks, sources and settings): "
+            f"{html} kept")
+        return html
+    # Each build stages in a folder of its own (two builds into different --out never share one),
+    # and into a fresh temporary output beside the book, swapped in only when the build
+    # succeeded: a failed or killed build leaves the previous book whole, and no page of a removed
+    # notebook survives (every page is re-read, so -W sees every warning).
+    own_stage = stage_dir is None
     building = Path(tempfile.mkdtemp(prefix=".building-", dir=build_root))
     try:
-        new_html = _run_jupyter_book(stage, building, strict, log)
+        stage = stage_book(executed_dir, building / "stage" if own_stage else stage_dir, toc=toc, config=config,
+                           book_root=book_root, strict=strict, log=log)
+        new_html = _run_jupyter_book(stage, building / "out", strict, log)
+        (build_root / BUILT_RECORD).unlink(missing_ok=True)  # the record never outlives the book it names
         _swap_in(new_html, html)
+        if digest is not None:
+            from .atomic import write_json_atomic
+
+            write_json_atomic(build_root / BUILT_RECORD, {"inputs_sha256": digest})
     finally:
         shutil.rmtree(building, ignore_errors=True)
     return html
+
+
+def _last_built(build_root: Path) -> str | None:
+    try:
+        return json.loads((build_root / BUILT_RECORD).read_text(encoding="utf-8")).get("inputs_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def inputs_digest(executed_dir: Path, toc: Path, config: Path, book_root: Path, strict: bool) -> str | None:
+    """The digest of everything a build reads: the executed notebooks and their batch record, the
+    book's sources and configuration, the kernel sources the pages include, the package's code (it
+    stages and cleans the pages), Jupyter Book's version and the strictness; None when the folder
+    of executed notebooks is missing (the build then says so)."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .batch import CODE_DIR, _tree_digest
+
+    if not executed_dir.is_dir():
+        return None
+    root = toc.parent.resolve()
+    digest = hashlib.sha256(f"strict={strict} root={root}\n".encode())
+    for name in ("jupyter-book", "myst-nb", "sphinx", "sphinx-book-theme"):
+        try:
+            digest.update(f"{name} {version(name)}\n".encode())
+        except PackageNotFoundError:
+            digest.update(f"{name} none\n".encode())
+    for label, path in (("toc", toc), ("config", config)):
+        digest.update(f"{label} {hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None}\n".encode())
+    _tree_digest(digest, executed_dir, "executed", skip=(LOCK_NAME,))
+    _tree_digest(digest, book_root, "book", skip=(".ipynb_checkpoints",))
+    for sibling in STAGED_SIBLINGS:
+        _tree_digest(digest, root / sibling, sibling)
+    _tree_digest(digest, CODE_DIR, "kernelbook", "**/*.py")
+    return digest.hexdigest()
 
 
 def _recover(build_root: Path) -> None:
@@ -296,12 +374,14 @@ def _swap_in(new_html: Path, html: Path) -> None:
 def _run_jupyter_book(stage: Path, output: Path, strict: bool, log) -> Path:
     """Build ``stage`` with Jupyter Book into ``output/_build/html``; return that folder."""
     html = output / "_build" / "html"
+    output.mkdir(parents=True, exist_ok=True)
     command = _jupyter_book_command() + [
         "build", str(stage), "--path-output", str(output), "--builder", "html", "--all",
     ]
     if strict:
         command += ["-W", "--keep-going"]
-    log("$ jupyter-book " + " ".join(command[3:]))
+    # (the stage and the output are temporary folders, gone when the build ends: not named)
+    log("$ jupyter-book build <staged book> --builder html --all" + (" -W --keep-going" if strict else ""))
     warnings: list[str] = []
     no_space = False
     with subprocess.Popen(
@@ -309,9 +389,15 @@ def _run_jupyter_book(stage: Path, output: Path, strict: bool, log) -> Path:
         text=True, bufsize=1, errors="replace",
     ) as proc:
         assert proc.stdout is not None
+        closing = False
         for line in proc.stdout:
             # Plain text, and repository-relative paths (the stage mirrors the repository).
             line = _ANSI.sub("", line.rstrip("\n")).replace(f"{stage}/", "")
+            # Jupyter Book's closing words name the temporary output, which is swapped in and gone
+            # a moment later: `kernelbook build` names the book where it lands instead.
+            closing = closing or "Your book's HTML pages are here" in line or "Finished generating HTML" in line
+            if closing or str(output) in line or (line.strip() and set(line.strip()) <= {"="}):
+                continue
             log(line)
             no_space = no_space or "No space left on device" in line
             if "WARNING:" in line or "ERROR:" in line:
@@ -325,7 +411,7 @@ def _run_jupyter_book(stage: Path, output: Path, strict: bool, log) -> Path:
             f"jupyter-book build failed with exit status {proc.returncode}"
             f"{' (strict: warnings are errors)' if strict else ''}; the previous book is left as it was.{detail}",
             "fix what the output above reports (a notebook's page is built from its executed "
-            f".ipynb, staged in {stage}), or build with --no-strict to look at the book anyway.",
+            ".ipynb, the folder `kernelbook run` wrote), or build with --no-strict to look at the book anyway.",
         )
     if not (html / "index.html").is_file():
         raise BuildError(f"jupyter-book finished but wrote no index.html.", "look at the build output above.")

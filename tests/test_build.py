@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import nbformat
 import pytest
-from tinybook import make_book, write_executed
+from tinybook import make_book, record_digest, write_executed
 
 from kernelbook.batch import run_batch
 from kernelbook.build import BuildError, build_book, stage_book
@@ -27,6 +28,7 @@ def _build(book, executed, out, strict=True):
 
 
 def test_missing_executed_notebook_says_run_first(book, tmp_path):
+    (tmp_path / "executed").mkdir()
     with pytest.raises(BuildError) as info:
         _stage(book, tmp_path / "executed")
     assert "part/good" in info.value.message
@@ -41,7 +43,8 @@ def test_stage_replaces_sources_by_executed_notebooks(book, tmp_path):
     stage = _stage(book, executed)
     assert (stage / "_config.yml").is_file() and (stage / "_toc.yml").is_file()
     assert (stage / "book" / "intro.md").is_file()  # plain pages stay as they are
-    assert (stage / "book" / "part" / "good.ipynb").read_text() == (executed / "part" / "good.ipynb").read_text()
+    assert nbformat.read(stage / "book" / "part" / "good.ipynb", as_version=4) == \
+        nbformat.read(executed / "part" / "good.ipynb", as_version=4)
     assert not (stage / "book" / "part" / "good.md").exists()  # one document per name
     assert not (stage / "book" / ".ipynb_checkpoints").exists()
     # staging again starts from scratch
@@ -249,6 +252,7 @@ def test_a_kernel_source_changed_after_execution_is_refused(book, tmp_path, monk
     nb = nbformat.read(path, as_version=4)
     nb.cells[1].outputs.append(nbformat.v4.new_output("display_data", data=data, metadata=metadata))
     nbformat.write(nb, path)
+    record_digest(path)
     _stage(book, executed)  # unchanged: fine
     (kernels / "00_k.cu").write_text("__global__ void k() { /* edited */ }\n")
     with pytest.raises(BuildError, match="changed after it was executed.*kernels/toy/00_k.cu") as info:
@@ -296,7 +300,208 @@ def test_a_kernel_header_changed_after_execution_is_refused(book, tmp_path, monk
     nb = nbformat.read(path, as_version=4)
     nb.cells[1].outputs.append(nbformat.v4.new_output("display_data", data=data, metadata=metadata))
     nbformat.write(nb, path)
+    record_digest(path)
     _stage(book, executed)  # unchanged: fine
     (kernels / "shared.cuh").write_text("__device__ float twice(float v) { return v + v; }\n")
     with pytest.raises(BuildError, match="changed after it was executed.*kernels/toy/shared.cuh"):
         _stage(book, executed)
+
+
+# ----------------------------------------------------------------------------- what a build publishes
+
+
+def _add_output(path, output, record=True):
+    """Append ``output`` to the printing cell of a fabricated executed notebook."""
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].outputs.append(output)
+    nbformat.write(nb, path)
+    if record:
+        record_digest(path)
+
+
+def test_an_executed_notebook_edited_after_the_batch_is_refused(book, tmp_path):
+    executed = tmp_path / "executed"
+    path = write_executed(executed / "part" / "good.ipynb", "from the batch\n")
+    _stage(book, executed)  # as the batch wrote it: fine
+    _add_output(path, nbformat.v4.new_output("display_data", data={"text/html": "<script>alert(1)</script>"}),
+                record=False)
+    with pytest.raises(BuildError, match="part/good .its executed file is not the one the batch wrote") as info:
+        _stage(book, executed)
+    assert "--only 'part/good'" in info.value.fix
+
+
+def test_a_foreign_executed_folder_with_a_copied_batch_record_is_refused(book, tmp_path):
+    import shutil
+
+    ours, foreign = tmp_path / "executed", tmp_path / "foreign"
+    write_executed(ours / "part" / "good.ipynb", "ours\n")
+    write_executed(foreign / "part" / "good.ipynb", "someone else's\n", record=False)
+    shutil.copy(ours / "batch.json", foreign / "batch.json")
+    with pytest.raises(BuildError, match="not the one the batch wrote"):
+        _stage(book, foreign)
+
+
+def test_a_batch_record_without_digests_is_refused_strictly(book, tmp_path):
+    import json
+
+    executed = tmp_path / "executed"
+    write_executed(executed / "part" / "good.ipynb", "old\n")
+    record = json.loads((executed / "batch.json").read_text())
+    del record["notebooks"][0]["notebook_sha256"]
+    (executed / "batch.json").write_text(json.dumps(record))
+    with pytest.raises(BuildError, match="holds no digest of its executed file"):
+        _stage(book, executed)
+    warnings: list[str] = []
+    _stage(book, executed, strict=False, log=warnings.append)
+    assert any("no digest" in w for w in warnings)
+
+
+HOSTILE_OUTPUTS = [
+    {"text/html": "<script>alert(1)</script>", "text/plain": "x"},
+    {"text/html": '<img src=x onerror="alert(1)">', "text/plain": "x"},
+    {"text/html": '<table><tr><td onclick="alert(1)">1</td></tr></table>', "text/plain": "x"},
+    {"text/html": "<style>@import url(//evil.example/x.css);</style>", "text/plain": "x"},
+    {"text/html": "<iframe src=//evil.example></iframe>", "text/plain": "x"},
+    {"application/javascript": "alert(1)", "text/plain": "x"},
+    {"image/svg+xml": "<svg onload=alert(1)></svg>", "text/plain": "x"},
+    {"text/markdown": "a <script>alert(1)</script>", "text/plain": "x"},
+    {"text/markdown": "```{raw} html\n<script>alert(1)</script>\n```\n", "text/plain": "x"},
+    {"text/markdown": "[x](javascript:alert(1))", "text/plain": "x"},
+]
+
+
+@pytest.mark.parametrize("data", HOSTILE_OUTPUTS, ids=lambda d: next(iter(d)) + ":" + next(iter(d.values()))[:12])
+def test_an_output_the_book_does_not_make_is_refused_or_removed(book, tmp_path, data):
+    executed = tmp_path / "executed"
+    path = write_executed(executed / "part" / "good.ipynb", "fine\n")
+    _add_output(path, nbformat.v4.new_output("display_data", data=data))
+    with pytest.raises(BuildError, match="hold what the book does not publish: part/good .cell 2") as info:
+        _stage(book, executed)
+    assert "--no-strict" in info.value.fix
+    warnings: list[str] = []
+    stage = _stage(book, executed, strict=False, log=warnings.append)
+    staged = (stage / "book" / "part" / "good.ipynb").read_text()
+    assert "alert(1)" not in staged and "evil.example" not in staged and any("removed" in w for w in warnings)
+    shown = nbformat.read(stage / "book" / "part" / "good.ipynb", as_version=4).cells[1].outputs
+    assert shown[-1]["data"] == {"text/plain": "x"}  # what is left of it: the plain text
+
+
+def test_the_books_own_html_outputs_are_published():
+    """The book's HTML comes from its tables (a pandas Styler) and its kernel sources (SourceBlock)."""
+    import pandas as pd
+
+    from kernelbook.publish import html_problems, markdown_problems
+    from kernelbook.report import SourceBlock, styled
+
+    table = styled(pd.DataFrame({"step": ["<b>x</b>"], "time [ms]": [1.5]}), "A caption <i>")
+    assert html_problems(table.to_html()) == []
+    source = SourceBlock("toy/00_k.cu", "template <int N> __global__ void k() {}\n", "0" * 64,
+                         [("toy/h.cuh", "#include <cuda_fp16.h>\n")], {"toy/h.cuh": "1" * 64})
+    html, _ = source._repr_html_()
+    assert html_problems(html) == []
+    markdown, _ = source._repr_markdown_()
+    assert markdown_problems(markdown) == []
+    assert markdown_problems("- `a <b>` and **bold** [link](https://example.org) <https://example.org>") == []
+
+
+def test_stderr_and_machine_paths_never_reach_a_page(book, tmp_path):
+    from kernelbook import paths
+
+    executed = tmp_path / "executed"
+    path = write_executed(executed / "part" / "good.ipynb", f"read {paths.REPO_ROOT}/data/models/x.bin\n")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].outputs.append(nbformat.v4.new_output(
+        "stream", name="stderr", text=f"{paths.REPO_ROOT}/kernelbook/sweep.py:295: UserWarning: Tight layout\n"))
+    nb.cells.insert(1, nbformat.v4.new_code_cell(
+        "size = 3\nweights_path = '/home/someone/secret/weights-86.bin'  # the course's file\n"
+        f"data = '{paths.REPO_ROOT}/data/models/lenet86.bin'", metadata={"tags": ["parameters"]}))
+    nb.metadata["papermill"]["parameters"] = {"weights_path": "/home/someone/secret/weights-86.bin"}
+    nbformat.write(nb, path)
+    record_digest(path)
+    staged = (_stage(book, executed) / "book" / "part" / "good.ipynb").read_text()
+    assert str(paths.REPO_ROOT) not in staged and "/home/someone" not in staged and "UserWarning" not in staged
+    shown = nbformat.read(_stage(book, executed) / "book" / "part" / "good.ipynb", as_version=4)
+    assert shown.cells[1].source == ("size = 3\nweights_path = 'weights-86.bin'  # the course's file\n"
+                                     "data = 'data/models/lenet86.bin'")
+    assert "read data/models/x.bin" in shown.cells[2].outputs[0]["text"]
+    assert shown.metadata.papermill.parameters == {"weights_path": "weights-86.bin"}
+
+
+def _fake_jupyter_book(monkeypatch, calls):
+    """Jupyter Book stood in for: it records the stage it was given and writes an index."""
+    from kernelbook import build
+
+    def fake(stage, output, strict, log):
+        calls.append(stage)
+        html = output / "_build" / "html"
+        html.mkdir(parents=True)
+        (html / "index.html").write_text(f"built from {len(calls)}")
+        return html
+
+    monkeypatch.setattr(build, "_run_jupyter_book", fake)
+
+
+def test_each_build_stages_in_a_folder_of_its_own(book, tmp_path, monkeypatch):
+    executed = tmp_path / "executed"
+    write_executed(executed / "part" / "good.ipynb", "x\n")
+    calls = []
+    _fake_jupyter_book(monkeypatch, calls)
+    for out in (tmp_path / "site-a", tmp_path / "site-b"):
+        build_book(executed, out, toc=book / "_toc.yml", book_root=book / "book", log=lambda _: None)
+    assert len(calls) == 2 and calls[0] != calls[1]
+    assert calls[0].is_relative_to(tmp_path / "site-a" / "_build") and calls[1].is_relative_to(tmp_path / "site-b")
+    assert not calls[0].exists() and not calls[1].exists()  # removed with the build
+
+
+def test_an_unchanged_book_is_not_built_again(book, tmp_path, monkeypatch):
+    executed, out = tmp_path / "executed", tmp_path / "site"
+    path = write_executed(executed / "part" / "good.ipynb", "x\n")
+    calls, lines = [], []
+    _fake_jupyter_book(monkeypatch, calls)
+
+    def build(strict=True):
+        return build_book(executed, out, strict, toc=book / "_toc.yml", book_root=book / "book", log=lines.append)
+
+    html = build()
+    assert build() == html and len(calls) == 1
+    assert lines[-1] == f"the book is unchanged since its last build (its executed notebooks, sources and settings): {html} kept"
+    build(strict=False)
+    assert len(calls) == 2  # other settings
+    _add_output(path, nbformat.v4.new_output("stream", name="stdout", text="more\n"))
+    build(strict=False)
+    assert len(calls) == 3  # another executed notebook
+    (book / "book" / "intro.md").write_text("# Tiny book\n\nEdited.\n")
+    build(strict=False)
+    assert len(calls) == 4  # another source
+    (html / "index.html").unlink()
+    build(strict=False)
+    assert len(calls) == 5  # the book is gone
+
+
+def test_a_missing_executed_folder_is_one_line(book, tmp_path, capsys):
+    from kernelbook import cli
+
+    status = cli.main(["build", "--executed", str(tmp_path / "missing"), "--out", str(tmp_path / "site")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1
+    assert f"The folder of executed notebooks {tmp_path / 'missing'} does not exist." in err
+
+
+def test_jupyter_books_closing_words_name_no_temporary_folder(tmp_path, monkeypatch):
+    import sys
+
+    from kernelbook import build
+
+    output = tmp_path / ".building-x" / "out"
+    box = (f"print('Writing pages'); print('=' * 40); print(); print('Finished generating HTML for book.');"
+           f"print(\"Your book's HTML pages are here:\"); print('    _build/html/');"
+           f"print('Or paste this line directly into your browser bar:'); print('    file://{output}/_build/html/index.html')")
+
+    def fake_command():
+        return [sys.executable, "-c", box + "; import os; os.makedirs('_build/html'); open('_build/html/index.html', 'w')"]
+
+    monkeypatch.setattr(build, "_jupyter_book_command", fake_command)
+    lines: list[str] = []
+    build._run_jupyter_book(tmp_path, output, True, lines.append)
+    assert lines[-1] == "Writing pages" or lines[-1] == ""
+    assert not any("paste this line" in line or str(output) in line or "=" * 40 in line for line in lines)

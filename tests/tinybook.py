@@ -118,6 +118,23 @@ def write_executed(path: Path, text: str, *, crashed: bool = False, status: str 
         data["notebooks"] = [nb for nb in data["notebooks"] if nb["name"] != name] + [{
             "name": name, "status": status or ("failed" if crashed else "ok"),
             "error": "RuntimeError: boom" if crashed else None,
-            "source_sha256": source_digest(source) if source else None}]
+            "source_sha256": source_digest(source) if source else None,
+            "notebook_sha256": source_digest(path)}]
         batch.write_text(json.dumps(data))
     return path
+
+
+def record_digest(path: Path) -> None:
+    """Record in ``batch.json`` the digest of ``path`` as it is now, as the batch does when it
+    writes an executed notebook (for tests that fabricate a notebook's outputs afterwards)."""
+    import json
+
+    from kernelbook.batch import source_digest
+
+    batch = path.parent.parent / "batch.json"
+    data = json.loads(batch.read_text())
+    name = f"{path.parent.name}/{path.stem}"
+    for entry in data["notebooks"]:
+        if entry["name"] == name:
+            entry["notebook_sha256"] = source_digest(path)
+    batch.write_text(json.dumps(data))
