@@ -69,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="auto: measure when a GPU is usable, else replay the newest recorded run")
     run.add_argument("--out", type=Path, metavar="DIR",
                      help="where the executed notebooks go (default _build/executed; `build --executed DIR` reads them)")
+    run.add_argument("--force", action="store_true",
+                     help="execute every notebook, even those whose inputs are unchanged since they last ran "
+                     "(a replaying batch keeps those by default)")
     run.add_argument("--no-progress", dest="progress", action="store_false",
                      help="no live lines (on a terminal: one per running notebook); one line per notebook only")
     where = run.add_argument_group(
@@ -191,7 +194,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     live = sys.stdout if args.progress and sys.stdout.isatty() else None
     report = run_batch(only=args.only, parameters=parameters, mode=args.mode, out_dir=args.out,
                        log=lambda line: print(line, flush=True), progress_bar=False,
-                       workers=args.workers, gpus=args.gpus, scheduler=args.scheduler, live=live)
+                       workers=args.workers, gpus=args.gpus, scheduler=args.scheduler, live=live,
+                       force=args.force)
     done = len(report.notebooks) - len(report.failed)
     if report.recorded:
         what = f"run {report.run_id} recorded in {report.run_id and _store_path(report.run_id)}"
