@@ -390,14 +390,12 @@ def damaged_copies(part_name: str, root: Path | None = None) -> list[str]:
 
 
 def is_candidate(run: Run) -> bool:
-    """A development candidate's run (``kernelbook try``, then ``promote``): its manifest names the
-    candidate. It is read only when asked for by its id, never as a step's newest recording."""
+    """A run of ``kernelbook try`` (its manifest names the candidate): cited by id, never a newest one."""
     return bool(run.manifest.get("candidate"))
 
 
 def runs_with(part_name: str, root: Path | None = None) -> list[Run]:
-    """The readable runs whose part ``part_name`` is valid, oldest first (a candidate's run, which
-    stands in for a step under the step's own part names, is left out: pages cite it by id)."""
+    """The readable runs whose part ``part_name`` is valid, oldest first (no candidate's run)."""
     return [run for run in list_runs(root) if not is_candidate(run) and readable_part(run, part_name) is not None]
 
 
