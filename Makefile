@@ -12,7 +12,8 @@
 #   make test                      the tests that need no GPU, but the whole-book ones (each build < 60 s)
 #   make test-book                 the tests that read the whole book: one strict replay + build (minutes)
 #   make test-gpu                  the tests that need a CUDA GPU
-#   make render                    screenshots of key pages in headless Chromium (1280 and 400 px) into _build/screens
+#   make render                    screenshots of every page in headless Chromium (1280 and 400 px) into _build/screens
+#   make browser                   install headless Chromium if absent (test-book and render need it)
 #   make clean                     remove _build/ (the environment stays; `make distclean` removes it too)
 #
 # The environment is .venv/, created from pyproject.toml; it is reinstalled when pyproject.toml
@@ -41,7 +42,7 @@ export KERNELBOOK_PROFILE := $(PROFILE)
 RUN_ARGS   := --mode $(MODE) $(if $(ONLY),--only '$(ONLY)') $(if $(WORKERS),--workers $(WORKERS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(filter 1,$(FORCE)),--force)
 BUILD_ARGS := $(if $(filter 1,$(STRICT)),,--no-strict)
 
-.PHONY: book run build test test-book test-gpu render clean distclean env notebook
+.PHONY: book run build test test-book test-gpu render browser clean distclean env notebook
 
 book run: export KERNELBOOK_PARAMS = $(PARAMS)
 
@@ -69,8 +70,12 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -m "not gpu and not book" -v
 
 # The one strict whole-book build of CI (tests/test_book.py's fixture): .ci/run calls it after `make test`.
-test-book: $(STAMP)
+test-book: $(STAMP) browser
 	$(BIN)/python -m pytest -m "book and not gpu" -v
+
+# tests/test_layout.py measures the built pages in headless Chromium: installed here when absent.
+browser:
+	bash scripts/install_browser.sh
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -m gpu -v
@@ -79,7 +84,7 @@ NB ?= lenet/00
 notebook: $(STAMP)
 	$(BIN)/kernelbook notebook $(NB)
 
-render:
+render: $(STAMP)
 	bash scripts/render_pages.sh
 
 clean:
