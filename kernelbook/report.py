@@ -52,15 +52,28 @@ def record_value(records: list[dict], metric: str, layer: str, batch=ANY_BATCH) 
     return None if found is None else found["value"]
 
 
+#: Columns of words, not numbers (a write-up's file and GPU, what a row is, how a value was got, a
+#: check's shape): they break over lines within ``PROSE_WIDTH``, so that a table of a few numbers
+#: and a long description still fits the reading column at 1280 px.
+PROSE_HEADER = re.compile(r"^(What|How|Kernel|Check|Shape|Its evidence|Source\b.*|Nsight Compute metric.*|"
+                          r"Over a layer's kernels)$")
+PROSE_WIDTH = {"white-space": "normal", "min-width": "9em", "max-width": "22em", "text-align": "left"}
+
+
 def styled(frame: pd.DataFrame, caption: str, wrap: bool = False):
     """A pandas Styler with a caption, index hidden (renders as an HTML table that scrolls sideways
-    on a narrow screen: see book/_static/kernelbook.css). ``wrap``: cells of prose that may break
-    over lines (a table of facts, a message) instead of numbers that must not."""
+    on a narrow screen, its first column staying: see book/_static/kernelbook.css). ``wrap``: every
+    cell is prose that may break over lines (a table of facts, a message) instead of numbers that
+    must not; otherwise only the columns PROSE_HEADER names break."""
     classes = "kernelbook-table kernelbook-wrap" if wrap else "kernelbook-table"
     # Cells and headers hold names and values from the store: escaped, never markup.
-    return (frame.style.hide(axis="index").set_caption(html_text(caption))
-            .format(escape="html").format_index(escape="html", axis=1)
-            .set_table_attributes(f'class="{classes}"'))
+    table = (frame.style.hide(axis="index").set_caption(html_text(caption))
+             .format(escape="html").format_index(escape="html", axis=1)
+             .set_table_attributes(f'class="{classes}"'))
+    prose = [c for i, c in enumerate(frame.columns) if i and PROSE_HEADER.match(str(c))]
+    if prose and not wrap and frame.columns.is_unique:
+        table = table.set_properties(subset=prose, **PROSE_WIDTH)
+    return table
 
 
 def message_table(text: str, caption: str):
@@ -75,7 +88,7 @@ def banner(recording):
 
     session = recording.session
     if session is None:
-        text = f"**Not recorded.** {md_text(recording.label)}"
+        text = f"**{'Damaged' if getattr(recording, 'damaged', False) else 'Not recorded'}.** {md_text(recording.label)}"
     else:
         run = session.run
         kind = "Measured now" if session.measuring else f"Replayed (not measured now: {md_text(session.reason)})"
@@ -167,28 +180,71 @@ def _case_rows(chapter, columns, spread: bool) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[study.case_header] + [c.header for c in columns])
 
 
+class Tables:
+    """Several tables shown as one output, one after the other (a table split in two)."""
+
+    def __init__(self, tables: list):
+        self.tables = tables
+
+    def to_html(self) -> str:
+        return "\n".join(t.to_html() for t in self.tables)
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+
+#: A milestone table with more timed columns than this shows the medians in one table (the
+#: seeds' column order, in view at 1280 px) and their min–max in a second below it.
+SPREAD_INLINE_COLUMNS = 2
+
+
 def milestone_table(chapter, spread: bool = True):
     columns = chapter.study.columns()
-    note = timing_note(chapter.records, dict.fromkeys(c.metric for c in columns if c.kind in ("time", "ms")))
-    caption = f"{chapter.variant}: medians (min–max) over the repeats. {note} [{chapter.recording.short_label}]"
-    return styled(milestone_frame(chapter, spread=spread), caption)
+    timed = list(dict.fromkeys(c.metric for c in columns if c.kind in ("time", "ms")))
+    note = timing_note(chapter.records, timed)
+    tag = f"[{chapter.recording.short_label}]"
+    timed_columns = [c for c in columns if c.kind in ("time", "ms")]
+    if not spread or len(timed_columns) <= SPREAD_INLINE_COLUMNS:
+        caption = f"{chapter.variant}: medians{' (min–max)' if spread else ''} over the repeats. {note} {tag}"
+        return styled(milestone_frame(chapter, spread=spread), caption)
+    medians = styled(milestone_frame(chapter), f"{chapter.variant}: medians over the repeats "
+                     f"(their min–max in the next table). {note} {tag}")
+    both = milestone_frame(chapter, spread=True)
+    first = both.columns[0]
+    spreads = pd.DataFrame({first: both[first]})
+    for c in timed_columns:
+        spreads[c.header] = both[c.header].map(_spread_only)
+    return Tables([medians, styled(spreads, f"{chapter.variant}: min–max over the repeats of each median "
+                                            f"above. {tag}")])
+
+
+def _spread_only(cell: str) -> str:
+    """"1.2 ms (1.1 ms–1.3 ms)" -> "1.1 ms–1.3 ms"; a cell without a spread stays as it is."""
+    found = re.search(r"\(([^()]*–[^()]*)\)$", cell)
+    return found.group(1) if found else cell
+
+
+#: What a check's shape holds that is not its shape: the counts derived from it.
+DERIVED = ("flops", "min_bytes")
 
 
 def check_frame(chapter) -> pd.DataFrame:
+    """A row per check: its case and label, then the verdict (Result) and the numbers behind it,
+    the shape last (it is long and wraps)."""
     rows = []
     for c in chapter.checks:
-        shape = ", ".join(f"{k}={v}" for k, v in c["shape"].items())
+        shape = ", ".join(f"{k}={v}" for k, v in c["shape"].items() if k not in DERIVED)
         measure = c.get("measure") or "rel_l2"
         value = c.get("measured", c.get("rel_l2_error"))
         rows.append({
             chapter.study.case_header: c.get("layer", c["label"]),
             "Check": c["label"],
-            "Shape": shape,
-            "Error measure": measure,
+            "Result": "pass" if c["passed"] else f"FAIL {c.get('error') or ''}".strip(),
             "Error": "–" if value is None else f"{value:.2e}",
             "Tolerance": "–" if c.get("tolerance") is None else f"{c['tolerance']:g}",
+            "Measure": measure,
             "Unwritten": "–" if c.get("unwritten") is None else c["unwritten"],
-            "Result": "pass" if c["passed"] else f"FAIL {c.get('error') or ''}".strip(),
+            "Shape": shape,
         })
     return pd.DataFrame(rows)
 
@@ -197,7 +253,8 @@ def check_table(chapter):
     n = len(chapter.checks)
     ok = sum(1 for c in chapter.checks if c["passed"])
     caption = (f"Correctness against float64 on fresh random inputs, output poisoned with NaN before the launch: "
-               f"{ok}/{n} passed. [{chapter.recording.short_label}]")
+               f"{ok}/{n} passed; Error is the Measure of the output's distance from float64, Unwritten the "
+               f"outputs the kernel left as NaN. [{chapter.recording.short_label}]")
     return styled(check_frame(chapter), caption)
 
 

@@ -3,7 +3,11 @@ book, tests/test_page_rules.py to fabricated pages, so each rule is shown to fai
 
 - No image carries an inline size (``style="width:…px;height:…px"``), which would beat the
   stylesheet and draw the figure at a wrong aspect ratio.
-- No table's key columns are off-screen at 1280 px: each column's width is estimated from its
+- No table's key columns are off-screen at 1280 px, measured in headless Chromium
+  (``layout_faults``, from tests/browser.py's measurements): no page scrolls sideways, no table
+  is wider than its page's article, and every key column ends inside its table's visible box; at
+  400 px a table may scroll, but its first column stays in view (sticky) while it does. The
+  older estimate (``offscreen_key_columns``): each column's width is estimated from its
   longest cell (the tables do not wrap), and the right edge of the last key column (the first
   column and those holding the comparison: this step, its changes, speed-ups, times, % of floor)
   must fall inside the reading column.
@@ -28,7 +32,7 @@ PAD_PX = 12.0
 #: Cells of a ``kernelbook-wrap`` table break over lines at 34em (book/_static/kernelbook.css).
 WRAP_CHARS = 60
 KEY_HEADER = re.compile(r"^(This step|vs (previous|baseline)|speed-up|Speed-up|Time$|Its time|% of its floor|"
-                        r"Op Time [12]$|Op 1 \+ Op 2|Verdict|Limit$|Value$)")
+                        r"Op Time [12]$|Op 1 \+ Op 2|Verdict|Limit$|Value$|Total Execution Time|Accuracy$|Result$)")
 SEED = re.compile(r"\d{3}_[0-9a-f]{16}\.txt")
 #: What prose may call a metric, and the label its table row or column carries.
 METRIC_WORDS = {
@@ -148,4 +152,41 @@ def typed_numbers(page: BeautifulSoup) -> list[str]:
         for value, kind, half_step in _values(text):
             if not any(k == kind and abs(v - value) <= max(half_step, h, abs(value) * 1e-3) for v, k, h in shown):
                 bad.append(f"{value:g} {kind} typed in prose, shown nowhere on the page: {text[:100]}")
+    return bad
+
+
+def key_columns(headers: list[str]) -> list[int]:
+    """The columns a table's verdict rests on: its first, and those whose header KEY_HEADER names."""
+    return [0] + [i for i, h in enumerate(headers) if i and KEY_HEADER.match(h)]
+
+
+def scrolls(table: dict) -> bool:
+    """Whether a measured table (tests/browser.py) is wider than its box, so scrolls sideways."""
+    return table["scroll_width"] > table["client_width"] + 1
+
+
+def layout_faults(measured: dict, narrow: bool = False) -> list[str]:
+    """What a reader cannot see on a page measured by tests/browser.py at one window width.
+
+    Wide (``narrow`` False): the page does not scroll sideways, no table reaches past the
+    article, and every key column of every table ends inside the table's visible box. Narrow: the
+    page does not scroll sideways and a table that scrolls keeps its first column in view."""
+    bad = []
+    if measured["page_width"] > measured["window"] + 1:
+        bad.append(f"the page scrolls sideways: {measured['page_width']} px in a {measured['window']} px window")
+    right = measured["article"]["right"]
+    for t in measured["tables"]:
+        name = repr(t["caption"][:70] or " | ".join(h["text"] for h in t["heads"][:4]))
+        if narrow:
+            if scrolls(t) and not t["sticky"]:
+                bad.append(f"{name}: its first column leaves the screen when the table scrolls")
+            continue
+        if t["right"] > right + 1:
+            bad.append(f"{name}: the table ends at {t['right']:.0f} px, past the article ({right:.0f} px)")
+        visible = t["left"] + t["client_width"] + 1
+        headers = [h["text"] for h in t["heads"]]
+        for i in key_columns(headers):
+            if t["heads"][i]["right"] > visible:
+                bad.append(f"{name}: key column {headers[i]!r} ends at {t['heads'][i]['right']:.0f} px, "
+                           f"past the table's visible edge ({visible:.0f} px)")
     return bad

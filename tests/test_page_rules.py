@@ -73,3 +73,55 @@ def test_reported_best_names_wrap_and_numbers_do_not():
     for col in range(len(frame.columns)):
         rule = re.search(rf"#T_\w+_row0_col{col}[^{{]*\{{([^}}]*)\}}", html)
         assert (rule is not None and "white-space: normal" in rule.group(1)) == (col in wrapped), frame.columns[col]
+
+
+def _measured(heads, client_width, scroll_width, sticky=True, page_width=1280, window=1280):
+    """A page as tests/browser.py measures it: one table at x=100, header cells of the given widths."""
+    cells, x = [], 100.0
+    for text, width in heads:
+        cells.append({"text": text, "left": x, "right": x + width})
+        x += width
+    table = {"caption": "t", "left": 100.0, "right": 100.0 + client_width, "client_width": client_width,
+             "scroll_width": scroll_width, "heads": cells, "sticky": sticky}
+    return {"window": window, "page_width": page_width, "article": {"left": 100.0, "right": 1000.0},
+            "tables": [table]}
+
+
+def test_layout_faults_find_a_key_column_out_of_view():
+    from page_rules import layout_faults, scrolls
+
+    fits = _measured([("Batch Size", 80), ("Op Time 1", 90), ("Total Execution Time", 120), ("Accuracy", 80)],
+                     client_width=370, scroll_width=370)
+    assert not layout_faults(fits) and not scrolls(fits["tables"][0])
+    hidden = _measured([("Batch Size", 80), ("Op Time 1 (min–max)", 600), ("Total Execution Time", 120),
+                        ("Accuracy", 80)], client_width=800, scroll_width=880)
+    found = layout_faults(hidden)
+    assert len(found) == 1 and "'Accuracy'" in found[0]
+    # a table that scrolls only past its non-key columns is fine
+    tail = _measured([("Test case", 80), ("Result", 60), ("Shape", 900)], client_width=800, scroll_width=1040)
+    assert scrolls(tail["tables"][0]) and not layout_faults(tail)
+    assert layout_faults(_measured([("a", 10)], 10, 10, page_width=1400))  # the page itself scrolls
+
+
+def test_layout_faults_at_400_px_want_a_sticky_first_column():
+    from page_rules import layout_faults
+
+    scrolling = [("Layer", 60), ("Time", 500)]
+    assert not layout_faults(_measured(scrolling, 368, 560, sticky=True, window=400, page_width=400), narrow=True)
+    assert layout_faults(_measured(scrolling, 368, 560, sticky=False, window=400, page_width=400), narrow=True)
+
+
+def test_each_script_is_kept_once():
+    from kernelbook.sphinx_html import unique_scripts
+
+    class Script:  # the shape of Sphinx's _JavaScript: a file (None or '' inline), attributes
+        def __init__(self, filename, **attributes):
+            self.filename, self.attributes = filename, attributes
+
+    thebe = 'const THEBE_JS_URL = "x"'
+    scripts = [Script("a.js"), Script(None, body=thebe), Script("b.js", **{"async": "async"}), Script("", body=thebe),
+               Script("a.js"), Script("", body="let other = 1")]
+    kept = unique_scripts(scripts)
+    assert [s.filename for s in kept] == ["a.js", None, "b.js", ""]
+    assert sum(s.attributes.get("body") == thebe for s in kept) == 1
+
