@@ -5,7 +5,9 @@ colour-vision deficiency, and figures are drawn at 2x resolution for sharp pages
 from __future__ import annotations
 
 import matplotlib
+import matplotlib.figure
 import matplotlib.pyplot as plt
+import matplotlib.text
 
 from .report import throughput
 
@@ -27,8 +29,77 @@ def configure_figures() -> None:
         from matplotlib_inline.backend_inline import set_matplotlib_formats
 
         set_matplotlib_formats("png", dpi=FIGURE_DPI)
+        from IPython import get_ipython
+
+        shell = get_ipython()
     except Exception:  # outside Jupyter/IPython: nothing to configure
-        pass
+        return
+    if shell is not None:  # each figure's PNG carries what figure_faults found in it (tests/test_layout.py)
+        shell.display_formatter.formatters["image/png"].for_type(matplotlib.figure.Figure, _checked_png)
+
+
+#: Output metadata key of a figure's checks (``figure_faults``), beside its PNG.
+FIGURE_METADATA = "kernelbook_figure"
+
+
+def _checked_png(fig):
+    from IPython.core.pylabtools import print_figure
+
+    faults = figure_faults(fig)
+    return print_figure(fig, "png", dpi=FIGURE_DPI, bbox_inches="tight"), {FIGURE_METADATA: {"faults": faults}}
+
+
+def footer(fig, text: str, measuring: bool = True) -> None:
+    """The figure's provenance (run, device, date, commit) in its bottom-left corner."""
+    # parse_math=False: a device name or commit from the store is text, never mathtext to parse
+    fig.text(0.01, 0.005, text, fontsize=7, ha="left", va="bottom", parse_math=False,
+             color="0.35" if measuring else "#D55E00")
+
+
+def _series_style(line) -> tuple:
+    from matplotlib.colors import to_rgba
+
+    return (to_rgba(line.get_color()), str(line.get_marker()))
+
+
+def figure_faults(fig) -> list[str]:
+    """What a reader could not tell apart or read in ``fig``, found from its drawn artists:
+
+    - no run footer: a figure-level text at its foot (``footer``);
+    - two labelled line series of one panel with the same colour and marker;
+    - a legend that overlaps a panel's data area or a tick label of another panel;
+    A layout that warned is not checked here: tests/test_layout.py reads the outputs for it.
+    """
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    bad = []
+    texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()]
+    if not any(t.get_text().strip() and t.get_position()[1] < 0.15 for t in fig.texts):
+        bad.append("no run footer (a line of text at the figure's foot: plots.footer)")
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    for ax in axes:
+        seen: dict = {}
+        for line in ax.get_lines():
+            label = line.get_label()
+            if label.startswith("_") or not line.get_visible():
+                continue
+            style = _series_style(line)
+            if style in seen:
+                bad.append(f"series {seen[style]!r} and {label!r} share a colour and marker")
+            seen.setdefault(style, label)
+    legends = [ax.get_legend() for ax in axes if ax.get_legend() is not None] + list(fig.legends)
+    ticks = [t for ax in axes for t in ax.get_xticklabels() + ax.get_yticklabels()
+             if t.get_visible() and t.get_text().strip()]
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        for ax in axes:
+            if box.overlaps(ax.get_window_extent(renderer)) and ax.patch.get_visible():
+                bad.append(f"a legend covers the data of panel {ax.get_title()!r}")
+        for tick in ticks:
+            if box.overlaps(tick.get_window_extent(renderer)):
+                bad.append(f"a legend covers the tick label {tick.get_text()!r}")
+                break
+    return bad
 
 
 configure_figures()
@@ -37,9 +108,8 @@ CASE_COLORS = {"C1": PALETTE[0], "C3": PALETTE[1]}
 
 
 def _provenance(ax, chapter) -> None:
-    # parse_math=False: a device name or commit from the store is text, never mathtext to parse
-    ax.text(0.0, -0.16, chapter.recording.short_label, transform=ax.transAxes, fontsize=8,
-            color="0.35" if chapter.session.measuring else "#D55E00", va="top", parse_math=False)
+    """The chapter's run footer under the figure."""
+    footer(ax.figure, chapter.recording.short_label, chapter.session.measuring)
 
 
 def _bars(ax, groups: dict, batches: list, layer: str, column: str) -> bool:
@@ -87,21 +157,22 @@ def step_deltas(steps: dict):
         ax.set_visible(False)
     handles, labels = flat[0].get_legend_handles_labels()
     if handles:  # one legend for the figure, below the plots: it never covers a bar
-        fig.legend(handles, labels, fontsize=9, loc="lower center", ncol=1, bbox_to_anchor=(0.5, 0.0), frameon=False)
+        fig.legend(handles, labels, fontsize=9, loc="lower center", ncol=1, bbox_to_anchor=(0.5, 0.035), frameon=False)
     runs = {ch.session.run.run_id for ch in steps.values() if ch.session is not None}
     source = (current.recording.short_label if len(runs) <= 1 else
               "; ".join(f"{name.split(':')[0]}: run {ch.session.run.run_id}" for name, ch in steps.items()))
-    fig.suptitle(f"{current.variant} against the baseline and the previous step\n{source}", fontsize=10,
-                 parse_math=False)
+    fig.suptitle(f"{current.variant} against the baseline and the previous step", fontsize=10, parse_math=False)
+    footer(fig, source, current.session is None or current.session.measuring)
     height = 2.9 * nrows + 1.2
-    fig.tight_layout(rect=(0, (0.2 * len(labels) + 0.15) / height, 1, 1 - 0.55 / height))
+    fig.tight_layout(rect=(0, (0.2 * len(labels) + 0.3) / height, 1, 1 - 0.35 / height))
     return fig
 
 
 def time_per_image(steps: dict):
     """Op time per image against batch size: fixed costs show as lines falling with the batch."""
     cases = list(steps.values())[-1].study.cases
-    fig, axes = plt.subplots(1, len(cases), figsize=(3.6 * len(cases), 3.6), squeeze=False)
+    rows = sum(1 for ch in steps.values() if ch.correct)
+    fig, axes = plt.subplots(1, len(cases), figsize=(3.6 * len(cases), 3.6 + 0.2 * rows + 0.3), squeeze=False)
     axes = axes[0]
     current = list(steps.values())[-1]
     for ax, layer in zip(axes, current.study.cases):
@@ -117,9 +188,12 @@ def time_per_image(steps: dict):
         ax.set_ylabel("op time per image (µs)")
         ax.set_title(layer)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:  # below the panels: it never covers a line or a tick label
+        fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=1, bbox_to_anchor=(0.5, 0.04),
+                   frameon=False)
     _provenance(axes[0], current)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, (0.2 * len(labels) + 0.3) / fig.get_figheight(), 1, 1))
     return fig
 
 

@@ -15,7 +15,7 @@ from .stepdata import load_recorded
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
 from .evidence.vendor import vendor
-from .plots import PALETTE  # one palette for every figure
+from .plots import PALETTE, footer  # one palette for every figure
 from .report import ANY_BATCH, find_record, format_ms, styled
 
 
@@ -144,7 +144,9 @@ def step_chart(study):
         ax.set_ylabel("time (ms, log)")
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(f"{study.title}: time per step (the fastest in orange)", fontsize=11)
-    fig.tight_layout()
+    runs = sorted({ch.session.run.run_id for ch in chapters.values() if ch is not None and ch.session is not None})
+    footer(fig, f"run(s) {', '.join(runs) or 'none recorded'}")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 
 

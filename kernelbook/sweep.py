@@ -262,10 +262,13 @@ def figure(result: SweepResult):
     configurations marked ✕); a sweep never recorded is a figure that says so."""
     import matplotlib.pyplot as plt
 
+    from .plots import footer
+
     if not result.found or not result.records:
         fig, ax = plt.subplots(figsize=(7, 1.2))
         ax.axis("off")
         ax.text(0.5, 0.5, f"{result.variant} sweep: {NOT_RECORDED}", ha="center", va="center", fontsize=9)
+        footer(fig, "not recorded")
         return fig
     frame = result.frame()
     metric = result.parameters.get("metric", "op_time_ms")
@@ -274,7 +277,11 @@ def figure(result: SweepResult):
         frame = frame[frame["size"] == frame["size"].max()]
     cases = list(dict.fromkeys(frame["layer"]))
     labels = list(dict.fromkeys(frame["config_label"]))
-    fig, axes = plt.subplots(1, len(cases), figsize=(6 * len(cases), 0.35 * len(labels) + 1.5), squeeze=False)
+    # wide enough for the longest configuration label at 7 pt (~0.06 in a character) beside its bars:
+    # a narrower figure leaves tight_layout no room and it warns instead of laying out
+    longest = max((len(str(label)) for label in labels), default=10)
+    fig, axes = plt.subplots(1, len(cases), figsize=(max(6.0, 3.5 + 0.06 * longest) * len(cases),
+                                                     0.35 * len(labels) + 1.5), squeeze=False)
     for ax, case in zip(axes[0], cases):
         sub = frame[frame["layer"] == case].set_index("config_label").reindex(labels)
         values = sub["value"].astype(float).to_numpy()
@@ -290,7 +297,6 @@ def figure(result: SweepResult):
         ax.invert_yaxis()
         ax.set_xlabel(f"{metric.replace('_ms', '').replace('_', ' ')} (ms, median)")
         ax.set_title(str(case), fontsize=9)
-    fig.text(0.01, 0.005, result.short_label, fontsize=7,
-             color="0.35" if result.session and result.session.measuring else "tab:red")
+    footer(fig, result.short_label, bool(result.session and result.session.measuring))
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig

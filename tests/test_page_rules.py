@@ -125,3 +125,30 @@ def test_each_script_is_kept_once():
     assert [s.filename for s in kept] == ["a.js", None, "b.js", ""]
     assert sum(s.attributes.get("body") == thebe for s in kept) == 1
 
+
+def test_figure_faults_find_what_a_reader_cannot_tell_apart():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kernelbook.plots import figure_faults, footer
+
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot([1, 2], [1, 2], "x--", color="C0", label="C1 reported, 001")
+    ax.plot([1, 2], [2, 3], "x--", color="C0", label="C1 reported, 002")
+    ax.legend(loc="center")  # over the data
+    found = figure_faults(fig)
+    assert any("share a colour and marker" in f for f in found)
+    assert any("covers the data" in f for f in found)
+    assert any("no run footer" in f for f in found)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot([1, 2], [1, 2], "x--", color="C0", label="C1 reported, 001")
+    ax.plot([1, 2], [2, 3], "s--", color="C0", label="C1 reported, 002")
+    fig.legend(loc="lower center", bbox_to_anchor=(0.5, 0.04), frameon=False)
+    footer(fig, "replayed: Test GPU, run 1")
+    fig.tight_layout(rect=(0, 0.3, 1, 1))
+    assert figure_faults(fig) == []
+    plt.close(fig)

@@ -11,6 +11,10 @@ from ..report import throughput
 from .tables import reported
 
 
+#: Markers of the write-ups' reported series (this book's own are circles).
+SEED_MARKERS = ("x", "s", "^", "D", "v", "P", "*")
+
+
 def op_time_vs_batch(chapter, step: str | None = None):
     """Op time against batch size per layer (log-log), with the seeds' reports as dashed lines."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -20,9 +24,11 @@ def op_time_vs_batch(chapter, step: str | None = None):
         ax.plot(group["size"], group["op_time_ms"], "o-", color=LAYER_COLORS.get(layer),
                 label=f"{layer} ({chapter.variant}, this book)")
     seeds = reported(step or chapter.variant)
-    for (seed, gpu, what), group in seeds.groupby(["seed", "gpu", "seed_label"]):
+    # each write-up its own marker (the layer keeps its colour): no two series look alike
+    for i, ((seed, gpu, what), group) in enumerate(seeds.groupby(["seed", "gpu", "seed_label"])):
+        marker = SEED_MARKERS[i % len(SEED_MARKERS)]
         for layer, column in (("C1", "op_time_1_ms"), ("C3", "op_time_2_ms")):
-            ax.plot(group["batch"], group[column], "x--", color=LAYER_COLORS[layer], alpha=0.5,
+            ax.plot(group["batch"], group[column], ls="--", marker=marker, color=LAYER_COLORS[layer], alpha=0.6,
                     label=f"{layer} reported, {seed[:3]} ({gpu}, {what})")
     ax.set_xscale("log")
     ax.set_yscale("log")
