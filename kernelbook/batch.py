@@ -52,7 +52,7 @@ def parse_parameter(text: str) -> tuple[str, Any]:
     if not sep or not name.isidentifier():
         raise BatchError(
             f"-p {text!r} is not NAME=VALUE with NAME a Python identifier.",
-            "write it like -p batch_sizes=[100,1000] or -p step=tiled.",
+            "write it as NAME=VALUE, e.g. -p mode=replay (each notebook's parameters cell lists the names it takes).",
         )
     try:
         value = ast.literal_eval(raw)

@@ -39,7 +39,7 @@ class Chapter(StepRecording):
     def _not_recorded(self, caption: str):
         from .report import message_table
 
-        return message_table(f"{self.step.slug}: not recorded yet.", caption)
+        return message_table(f"{self.step.slug}: {self.recording.absence}.", caption)
 
     def banner(self):
         from .report import banner
@@ -175,7 +175,7 @@ class Chapter(StepRecording):
         from .report import step_verdict
 
         if self.session is None:
-            return [f"{self.step.slug}: not recorded yet; the verdict comes from its first recorded run."]
+            return [f"{self.step.slug}: {self.recording.absence}; the verdict comes from its first readable recorded run."]
         return (step_verdict(self.comparison(), metric=metric or self.study.time_metric)
                 + self.study.expectations(self))
 
@@ -222,6 +222,7 @@ def run_chapter(study: Study, step: str, params: dict | None = None, case_params
     given = {name: value for name, value in (("sizes", sizes), ("repeats", repeats), ("warmup", warmup),
                                              ("check_shapes", check_shapes)) if value is not None}
     chosen = study.sizes(list(study.default_sizes) if sizes is None else sizes)
+    study.check_problems(impl, merged, chosen)  # what measuring refuses, a replay refuses too
     repeats = study.repeats if repeats is None else repeats
     warmup = study.warmup if warmup is None else warmup
     check_shapes = study.check_shapes if check_shapes is None else check_shapes

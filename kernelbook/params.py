@@ -17,13 +17,25 @@ from .errors import ParameterError
 from .limits import finite_number
 
 
+#: The most entries a list of sizes (or cases) may hold: each is a timed problem, and a page
+#: shows one row per entry.
+MAX_SIZES = 64
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def shown(value, limit: int = 60) -> str:
+    """``repr(value)`` as an error quotes it: cut after ``limit`` characters, so a 100 KB value
+    makes a short message, not a 100 KB line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def positive_int(name: str, value, example: str = "10", maximum: int | None = None) -> int:
     if not _is_int(value) or value < 1:
-        raise ParameterError(f"{name}={value!r} must be a positive integer.", f"pass e.g. {name}={example}.")
+        raise ParameterError(f"{name}={shown(value)} must be a positive integer.", f"pass e.g. {name}={example}.")
     if maximum is not None and value > maximum:
         raise ParameterError(f"{name}={value!r} exceeds the largest allowed value, {maximum}.",
                              f"pass at most {name}={maximum}.")
@@ -32,7 +44,7 @@ def positive_int(name: str, value, example: str = "10", maximum: int | None = No
 
 def non_negative_int(name: str, value, example: str = "2") -> int:
     if not _is_int(value) or value < 0:
-        raise ParameterError(f"{name}={value!r} must be an integer >= 0.", f"pass e.g. {name}={example}.")
+        raise ParameterError(f"{name}={shown(value)} must be an integer >= 0.", f"pass e.g. {name}={example}.")
     return value
 
 
@@ -40,7 +52,7 @@ def optional_int(name: str, value, example: str = "0") -> int | None:
     if value is None:
         return None
     if not _is_int(value):
-        raise ParameterError(f"{name}={value!r} must be an integer or None.", f"pass e.g. {name}={example}, or None.")
+        raise ParameterError(f"{name}={shown(value)} must be an integer or None.", f"pass e.g. {name}={example}, or None.")
     return value
 
 
@@ -76,26 +88,35 @@ def parsed_list(value):
 
 
 def sizes(name: str, value, example: str = "[100, 1000, 10000]", maximum: int | None = None) -> list[int]:
-    """A non-empty list of positive integers (sizes, batch sizes, column counts); a list written as
-    text (papermill's ``-p``) is read as the list it spells."""
+    """A non-empty list of at most ``MAX_SIZES`` positive integers (sizes, batch sizes, column
+    counts); a list written as text (papermill's ``-p``) is read as the list it spells."""
     value = parsed_list(value)
     if isinstance(value, (str, bytes)) or _is_int(value) or not isinstance(value, (list, tuple)):
-        raise ParameterError(f"{name}={value!r} is not a list of positive integers.",
+        raise ParameterError(f"{name}={shown(value)} is not a list of positive integers.",
                              f"pass a list, e.g. {name}={example} ({how_to_pass(name, example)}).")
     if not value:
         raise ParameterError(f"{name} is empty.", f"pass at least one value, e.g. {name}={example}.")
+    count(name, value, example)
     for item in value:
         if not _is_int(item) or item < 1:
-            raise ParameterError(f"{name} holds {item!r}, which is not a positive integer.", f"pass e.g. {name}={example}.")
+            raise ParameterError(f"{name} holds {shown(item)}, which is not a positive integer.",
+                                 f"pass e.g. {name}={example}.")
         if maximum is not None and item > maximum:
             raise ParameterError(f"{name} holds {item}, more than the largest allowed, {maximum}.",
                                  f"keep every value of {name} at most {maximum}.")
     return list(value)
 
 
+def count(name: str, value, example: str) -> None:
+    """A list parameter holds at most ``MAX_SIZES`` entries."""
+    if len(value) > MAX_SIZES:
+        raise ParameterError(f"{name} holds {len(value):,} values; a page times at most {MAX_SIZES}.",
+                             f"pass at most {MAX_SIZES} values, e.g. {name}={example}.")
+
+
 def flag(name: str, value) -> bool:
     if not isinstance(value, bool):
-        raise ParameterError(f"{name}={value!r} must be True or False.", f"pass {name}=True or {name}=False.")
+        raise ParameterError(f"{name}={shown(value)} must be True or False.", f"pass {name}=True or {name}=False.")
     return value
 
 
@@ -103,14 +124,14 @@ def mapping(name: str, value, example: str = "{}") -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise ParameterError(f"{name}={value!r} must be a dict of parameter names to values.",
+        raise ParameterError(f"{name}={shown(value)} must be a dict of parameter names to values.",
                              f"pass e.g. {name}={example}.")
     return dict(value)
 
 
 def choice(name: str, value, options) -> str:
     if value not in options:
-        raise ParameterError(f"{name}={value!r} is not one of {', '.join(map(repr, options))}.",
+        raise ParameterError(f"{name}={shown(value)} is not one of {', '.join(map(repr, options))}.",
                              f"pass {name} as one of: {', '.join(map(str, options))}.")
     return value
 
@@ -119,7 +140,7 @@ def optional_path(name: str, value) -> str | None:
     if value is None:
         return None
     if not isinstance(value, (str, Path)) or not str(value):
-        raise ParameterError(f"{name}={value!r} must be a file path or None.", f"pass e.g. {name}='my/file.bin'.")
+        raise ParameterError(f"{name}={shown(value)} must be a file path or None.", f"pass e.g. {name}='my/file.bin'.")
     return str(value)
 
 

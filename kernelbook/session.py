@@ -50,7 +50,10 @@ class Session:
 
     @property
     def provenance(self) -> str:
-        return f"{self.run.device}, {self.date}, commit {self.run.commit}, run {self.run.run_id}"
+        shown = f"{self.run.device}, {self.date}, commit {self.run.commit}, run {self.run.run_id}"
+        candidate = self.run.manifest.get("candidate")   # a development candidate (kernelbook try)
+        return shown + (f" (candidate {candidate.get('label')} for step {candidate.get('step')})"
+                        if isinstance(candidate, dict) else "")
 
     @property
     def label(self) -> str:
@@ -81,10 +84,18 @@ class Recording:
     parameters: dict = field(default_factory=dict)
     status: str = ""
     mismatches: list[tuple[str, object, object]] = field(default_factory=list)
+    #: Nothing readable, but recorded: every copy of the part in the store is damaged.
+    damaged: bool = False
 
     @property
     def found(self) -> bool:
         return self.session is not None
+
+    @property
+    def absence(self) -> str:
+        """Why there is nothing to show, in a few words: damaged, or not recorded yet."""
+        return ("damaged (every recording of it is damaged; `kernelbook results --check` says why)"
+                if self.damaged else NOT_RECORDED)
 
     @property
     def measuring(self) -> bool:
@@ -96,7 +107,7 @@ class Recording:
 
     @property
     def short_label(self) -> str:
-        return self.session.short_label if self.session else NOT_RECORDED
+        return self.session.short_label if self.session else ("damaged" if self.damaged else NOT_RECORDED)
 
     def warning(self) -> str:
         """Markdown that lists each requested value the page shows a recorded one instead of."""
@@ -109,7 +120,8 @@ class Recording:
                 + "\n".join(lines) + "\n\nMeasure on a CUDA GPU to see your values.")
 
     def _repr_markdown_(self) -> str:
-        head = self.session._repr_markdown_() if self.session else f"**Not recorded.** {md_text(self.label)}"
+        head = (self.session._repr_markdown_() if self.session else
+                f"**{'Damaged' if self.damaged else 'Not recorded'}.** {md_text(self.label)}")
         warning = self.warning()
         return head + (f"\n\n{warning}" if warning else "")
 
@@ -326,7 +338,7 @@ def recorded(part: str, study: str, measure: Callable[..., Measurement], *, para
                    "scripts/device_run.sh on the device) and commit data/results/.")
         if required:
             raise ResultsError(message, fix)
-        return Recording(part, None, status=f"{status} {message}".strip())
+        return Recording(part, None, status=f"{status} {message}".strip(), damaged=bool(damaged))
     stored = run.read_part(part)
     found = mismatches(parameters if compare is None else compare, stored.get("parameters") or {})
     _note(part, found)

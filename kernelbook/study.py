@@ -72,23 +72,37 @@ class Study:
     def impl(self, step: str) -> StepImpl:
         return self.steps.impl(step)
 
-    def sizes(self, value) -> list:
-        """The sizes to time (batch sizes), or, for a study with a row per case, the cases to time."""
+    def sizes(self, value, name: str | None = None) -> list:
+        """The sizes to time (batch sizes), or, for a study with a row per case, the cases to time;
+        ``name`` is the parameter they came from, as errors name it (default ``size_name``: a
+        profiles page's ``cudnn_batch_sizes`` is named as such)."""
+        name = name or self.size_name
         if self.rows == "cases":
             import json
 
             example = json.dumps(list(self.default_sizes or self.cases[:1]))
             value = P.parsed_list(value)
             if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:
-                raise P.ParameterError(f"{self.size_name}={value!r} is not a non-empty list of cases.",
-                                       f"pass e.g. {self.size_name}={example}.")
+                raise P.ParameterError(f"{name}={P.shown(value)} is not a non-empty list of cases.",
+                                       f"pass e.g. {name}={example}.")
+            P.count(name, value, example)
             unknown = [v for v in value if v not in self.cases]
             if unknown:
-                raise P.ParameterError(f"{self.size_name} holds {unknown!r}; the cases are {', '.join(self.cases)}.",
-                                       f"pass e.g. {self.size_name}={example}.")
+                raise P.ParameterError(f"{name} holds {P.shown(unknown)}; the cases are {', '.join(self.cases)}.",
+                                       f"pass e.g. {name}={example}.")
             return list(value)
-        return P.sizes(self.size_name, value, maximum=self.max_size,
+        return P.sizes(name, value, maximum=self.max_size,
                        example="[" + ", ".join(map(str, self.default_sizes or (100,))) + "]")
+
+    def check_problems(self, impl: StepImpl, case_params: dict[str, dict], sizes: list) -> None:
+        """What measuring checks before it times a problem (``StepImpl.validate``: the step's
+        parameters and its launches against the device's limits, the H100's without a GPU), for
+        every problem a chapter times: run in every mode, so a replay refuses what a measurement
+        would refuse instead of showing the recording of other values."""
+        from .harness import problems
+
+        for case, size in problems(self, sizes):
+            impl.validate(self.problem(case, self.size_of(case, size)), case_params[case])
 
     def reported_csv(self, step: str | None = None):
         """The write-ups' numbers for the study (``data/reported/<study>.csv``), optionally one step's."""

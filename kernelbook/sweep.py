@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import harness, results
+from . import params as P
 from . import session as session_mod
 from .errors import KernelbookError, ParameterError, ResultsError
 from .measure import check_repeats
@@ -201,14 +202,16 @@ def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, w
 def run_sweep(study, sweep: Sweep, *, mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
               seed: int | None = None, sizes=None, repeats: int | None = None, warmup: int | None = None,
               options: dict | None = None, required: bool = True,
-              extra: Callable[[list[dict]], dict] | None = None, timer=None) -> SweepResult:
+              extra: Callable[[list[dict]], dict] | None = None, timer=None,
+              sizes_name: str | None = None) -> SweepResult:
     """Measure (on a GPU) or replay the declared ``sweep`` of ``study``: one part,
     ``<study>-<step>-grid``, whose parameters say what was swept and how it was timed.
     ``extra(records)`` adds study evidence to a measured part (e.g. timelines);
-    ``required=False`` returns an empty result (``found`` False) where nothing was recorded."""
+    ``required=False`` returns an empty result (``found`` False) where nothing was recorded;
+    ``sizes_name``: the page's parameter that gave ``sizes`` (``sweep_batch_sizes``), as errors name it."""
     configs = sweep.configurations()
     wanted = sizes if sizes is not None else sweep.sizes
-    sizes = study.sizes(list(study.default_sizes) if wanted is None else list(wanted))
+    sizes = study.sizes(list(study.default_sizes) if wanted is None else P.parsed_list(wanted), name=sizes_name)
     repeats = repeats if repeats is not None else sweep.repeats if sweep.repeats is not None else study.repeats
     warmup = warmup if warmup is not None else sweep.warmup if sweep.warmup is not None else study.warmup
     check_repeats(repeats, warmup)

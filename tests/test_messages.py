@@ -150,3 +150,104 @@ def test_runs_table_writes_control_characters_out(results_root, capsys):
     assert cli.main(["results", "--runs"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\\x1b[2J\\x07" in out
+
+
+# ----------------------------------------------------------------------------- every mode checks every parameter
+
+
+def test_a_step_parameter_out_of_range_is_refused_in_replay_as_when_measuring(results_root, no_gpu):
+    """Measuring validates each timed problem before any launch (``StepImpl.validate``); a replay
+    runs the same checks, without a GPU, instead of showing the recording with a warning."""
+    from conftest import fabricate_chapter
+
+    from kernelbook import harness
+    from kernelbook.chapter import run_chapter
+    from kernelbook.errors import ParameterError
+    from kernelbook.lenet import STUDY
+
+    fabricate_chapter(results_root)
+    impl = STUDY.impl("baseline")
+    (case, size), *_ = harness.problems(STUDY, list(STUDY.default_sizes))
+    with pytest.raises(ParameterError) as measuring:
+        impl.validate(STUDY.problem(case, size), impl.params(tile_width=-5))
+    with pytest.raises(ParameterError) as replaying:
+        run_chapter(STUDY, "baseline", params={"tile_width": -5}, mode="replay")
+    assert replaying.value.message == measuring.value.message and "tile_width" in replaying.value.message
+
+
+def test_a_huge_size_list_is_refused_in_one_short_line(results_root, no_gpu):
+    from conftest import fabricate_chapter
+
+    from kernelbook import params
+    from kernelbook.chapter import run_chapter
+    from kernelbook.errors import ParameterError
+    from kernelbook.lenet import STUDY
+
+    fabricate_chapter(results_root)
+    for value in (list(range(1, 20_001)), "[" + "1," * 20_000 + "]", "x" * 100_000, [0] * 20_000):
+        with pytest.raises(ParameterError) as info:
+            params.sizes("batch_sizes", value)
+        assert len(str(info.value)) < 400 and "batch_sizes" in str(info.value)
+    with pytest.raises(ParameterError, match="at most") as info:
+        run_chapter(STUDY, "baseline", sizes=list(range(1, 20_001)), mode="replay")
+    assert len(str(info.value)) < 400
+
+
+def test_size_errors_name_the_parameter_the_page_takes(results_root, no_gpu):
+    """The profiles page's ``cudnn_batch_sizes`` and the sweep page's ``sweep_batch_sizes`` are
+    named as such in their errors, not as the chapters' ``batch_sizes``."""
+    from kernelbook import sweep
+    from kernelbook.errors import ParameterError
+    from kernelbook.evidence import vendor
+    from kernelbook.lenet import STUDY
+    from kernelbook.lenet.grid import SWEEP
+
+    with pytest.raises(ParameterError, match=r"^cudnn_batch_sizes holds 0") as info:
+        vendor.vendor(STUDY, mode="replay", sizes=[0])
+    assert "pass e.g. cudnn_batch_sizes=" in info.value.fix
+    with pytest.raises(ParameterError, match=r"^sweep_batch_sizes holds 0"):
+        sweep.run_sweep(STUDY, SWEEP, mode="replay", sizes=[0], sizes_name="sweep_batch_sizes")
+    page = (paths.REPO_ROOT / "book" / "lenet" / "02_sweep.md").read_text()
+    assert 'sizes=sweep_batch_sizes, sizes_name="sweep_batch_sizes"' in " ".join(page.split())
+    for study in ("lenet", "mlp", "vgg"):  # the profiles pages' parameter is the vendor's sizes
+        import importlib
+
+        found = importlib.import_module(f"kernelbook.{study}").STUDY
+        page = (paths.REPO_ROOT / "book" / study / "90_profiles.md").read_text()
+        assert f"\n{vendor.sizes_parameter(found)} = " in page and f"vendor_sizes={vendor.sizes_parameter(found)}" in page
+
+
+def test_the_fix_for_a_malformed_p_is_itself_accepted():
+    import re
+
+    from kernelbook import batch
+    from kernelbook.errors import KernelbookError
+
+    with pytest.raises(KernelbookError) as info:
+        batch.parse_parameter("batch sizes 100")
+    examples = re.findall(r"-p (\S+?)[.,]?(?:\s|$)", info.value.fix)
+    assert examples
+    for example in examples:
+        name, _ = batch.parse_parameter(example.strip("'"))
+        assert name in batch.ALWAYS_PASSED  # a name every notebook takes
+
+
+def test_a_damaged_only_recording_says_damaged_in_banner_and_verdict(results_root, no_gpu):
+    import json as json_
+
+    from conftest import fabricate_chapter
+
+    from kernelbook.chapter import run_chapter
+    from kernelbook.lenet import STUDY
+
+    run = fabricate_chapter(results_root)
+    path = run.part_path("lenet-baseline")
+    part = json_.loads(path.read_text())
+    part["records"][0]["value"] = float("nan")
+    path.write_text(json_.dumps(part))
+    with pytest.warns(results.StoreWarning):
+        chapter = run_chapter(STUDY, "baseline", mode="replay")
+    banner = chapter.banner().data
+    verdict = " ".join(chapter.verdict_lines())
+    assert "damaged" in banner.lower() and "Not recorded" not in banner
+    assert "damaged" in verdict and "not recorded yet" not in verdict

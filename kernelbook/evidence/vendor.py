@@ -33,10 +33,19 @@ def part(study) -> str:
     return results.part_name(study.name, study.vendor_name)
 
 
+def sizes_parameter(study) -> str:
+    """The profiles page's parameter that lists the vendor's sizes: ``cudnn_batch_sizes`` (the
+    vendor's name, then the study's ``size_name``), as its errors name it."""
+    return f"{study.vendor_name}_{study.size_name}"
+
+
 def vendor(study, mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
-           sizes=None, repeats: int = 10, warmup: int = 3, prefer_run: str | None = None) -> session_mod.Recording:
-    """Measure the study's vendor comparison now (GPU and PyTorch with CUDA) or replay it."""
-    sizes = study.sizes(list(study.default_sizes) if sizes is None else sizes)
+           sizes=None, repeats: int = 10, warmup: int = 3, prefer_run: str | None = None,
+           sizes_name: str | None = None) -> session_mod.Recording:
+    """Measure the study's vendor comparison now (GPU and PyTorch with CUDA) or replay it
+    (``sizes_name``: the page's parameter that gave ``sizes``, default ``sizes_parameter``)."""
+    sizes = study.sizes(list(study.default_sizes) if sizes is None else sizes,
+                        name=sizes_name or sizes_parameter(study))
 
     def measure() -> session_mod.Measurement:
         # The library's versions go into the part, for the profiles pages' environment section.
