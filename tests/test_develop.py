@@ -369,6 +369,7 @@ def test_promote_copies_a_validated_run_that_never_becomes_the_steps_newest_reco
 
     cited = run_chapter(STUDY, "rows", mode="replay", replay_run=run_id)
     assert cited.session.run.run_id == run_id and all(r["candidate"] for r in cited.records)
+    assert f"run {run_id} (candidate 00_rows.cu -DCOST=1 for step rows)" in cited.session.label   # the banner
     with pytest.raises(ResultsError, match="already"):
         develop.promote(run_id)
 
