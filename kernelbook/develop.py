@@ -283,9 +283,7 @@ def try_candidate(study, source, *, step: str | None = None, defines: dict | Non
     record it as a new run of the development store. ``sweep`` (name -> values) measures every
     configuration first (``sweep.run_sweep``, part ``<study>-<step>-grid``), then the chapter at
     each case's fastest correct configuration. ``timer`` replaces ``measure.time_gpu`` (tests)."""
-    from . import gpu, harness, provenance
-    from . import sweep as sweep_mod
-    from .chapter import run_chapter
+    from . import gpu, provenance
     from .errors import GPUUnavailable
 
     defines, params, sweep = dict(defines or {}), dict(params or {}), dict(sweep or {})
@@ -316,67 +314,75 @@ def try_candidate(study, source, *, step: str | None = None, defines: dict | Non
             log(line)
 
         say(f"try {study.name} {slug}: {candidate.label} -> run {run.run_id} in {_shown(root)}")
-        own_check_cases = study.check_cases
-        progress = {"n": 0, "of": 0}   # of: the sweep's configurations while it runs
-
-        def check_cases(impl_, params_, n_random, rng):  # one call per configuration (and per chapter)
-            shown = sweep_mod.config_label({k: params_.get(k) for k in sweep})
-            if progress["of"]:
-                progress["n"] += 1
-                say(f"  [{progress['n']}/{progress['of']}] checking {shown} against float64")
-            else:
-                say(f"checking the candidate{' at ' + shown if shown else ''} against float64")
-            return own_check_cases(impl_, params_, n_random, rng)
-
-        view.check_cases = check_cases
-        case_params = {case: dict(params) for case in study.cases}
-        if sweep:
-            declared = sweep_mod.Sweep(slug, axes=sweep)
-            progress["of"] = len(declared.configurations())
-            say(f"sweep: {progress['of']} configurations of {', '.join(sweep)}, each checked, then timed if it passed")
-            result = sweep_mod.run_sweep(view, declared, mode="measure", run_id=run.run_id, seed=seed,
-                                         sizes=chosen, repeats=repeats, warmup=warmup, timer=timer)
-            progress["of"] = 0
-            tried.sweep = result
-            for line in sweep_lines(result.records):
-                say(line)
-            best = {}
-            for case in dict.fromkeys(case for case, _ in harness.problems(study, chosen)):
-                try:
-                    best[case] = result.best(case)
-                except ResultsError:
-                    continue
-            if not best:
-                say("no configuration passed its checks: nothing more is measured")
-                _finish(run, candidate)
-                return tried
-            case_params = {case: {**params, **best.get(case, next(iter(best.values())))} for case in study.cases}
-            say("chapter at the fastest correct configuration: "
-                + "; ".join(f"{case}: {sweep_mod.config_label(c)}" for case, c in best.items()))
-        measure_hook = None
-        if timer is not None:  # (tests) the chapter's timings through the same replacement timer
-            own_measure = view.measure
-
-            def measure_hook(impl_, case_params_, sizes_, repeats_, warmup_, options_):
-                return harness.measure(view, impl_, case_params_, sizes_, repeats_, warmup_, options_, timer=timer)
-
-            view.measure = measure_hook
-        chapter = run_chapter(view, slug, case_params=case_params, sizes=chosen, repeats=repeats, warmup=warmup,
-                              check_shapes=check_shapes, seed=seed, mode="measure", run_id=run.run_id)
-        if measure_hook is not None:
-            view.measure = own_measure
-        tried.chapter = chapter
-        for line in chapter_lines(chapter):
-            say(line)
-        if chapter.correct:
-            tried.compiler = _evidence(say, "compiler report", lambda: _compiler(chapter))
-            if profile:
-                tried.profile = _evidence(say, "Nsight Compute", lambda: _profile(chapter))
-        _finish(run, candidate)
+        try:
+            _measure(view, slug, tried, say, params, sweep, chosen, repeats, warmup, check_shapes, seed, profile,
+                     timer)
+        finally:  # whatever was recorded (an interrupted run too) names the candidate and keeps its files
+            _stamp(run, candidate)
+            _copy_files(run, candidate)
     book = results.run_with(study.part(slug))   # (the book's store again: the newest book run of the step)
     say(f"recorded run {run.run_id} ({_shown(run.root)}); compare it with the book's newest run of {slug}: "
         f"kernelbook compare {book.run_id if book else 'BOOK_RUN'} {run.run_id} --study {study.name}")
     return tried
+
+
+def _measure(view, slug, tried: Tried, say, params, sweep, sizes, repeats, warmup, check_shapes, seed, profile,
+             timer) -> None:
+    """The sweep (when declared), then the chapter, the compiler report and the profile, each through
+    the core's own code with ``view`` (the study with the candidate in its step's place)."""
+    from . import harness
+    from . import sweep as sweep_mod
+    from .chapter import run_chapter
+
+    run_id = tried.run.run_id
+    own_check_cases = view.check_cases
+    progress = {"n": 0, "of": 0}   # of: the sweep's configurations while it runs
+
+    def check_cases(impl, params_, n_random, rng):  # one call per configuration (and one for the chapter)
+        shown = sweep_mod.config_label({k: params_.get(k) for k in sweep})
+        if progress["of"]:
+            progress["n"] += 1
+            say(f"  [{progress['n']}/{progress['of']}] checking {shown} against float64")
+        else:
+            say(f"checking the candidate{' at ' + shown if shown else ''} against float64")
+        return own_check_cases(impl, params_, n_random, rng)
+
+    view.check_cases = check_cases   # (the view is this call's own copy of the study)
+    if timer is not None:            # (tests) the chapter timed by the same replacement timer as the sweep
+        view.measure = lambda impl, case_params, sizes_, repeats_, warmup_, options: harness.measure(
+            view, impl, case_params, sizes_, repeats_, warmup_, options, timer=timer)
+    case_params = {case: dict(params) for case in view.cases}
+    if sweep:
+        declared = sweep_mod.Sweep(slug, axes=sweep)
+        progress["of"] = len(declared.configurations())
+        say(f"sweep: {progress['of']} configurations of {', '.join(sweep)}, each checked, then timed if it passed")
+        result = sweep_mod.run_sweep(view, declared, mode="measure", run_id=run_id, seed=seed, sizes=sizes,
+                                     repeats=repeats, warmup=warmup, timer=timer)
+        progress["of"] = 0
+        tried.sweep = result
+        for line in sweep_lines(result.records):
+            say(line)
+        best = {}
+        for case in dict.fromkeys(case for case, _ in harness.problems(view, sizes)):
+            try:
+                best[case] = result.best(case)
+            except ResultsError:
+                continue
+        if not best:
+            say("no configuration passed its checks: nothing more is measured")
+            return
+        case_params = {case: {**params, **best.get(case, next(iter(best.values())))} for case in view.cases}
+        say("chapter at the fastest correct configuration: "
+            + "; ".join(f"{case}: {sweep_mod.config_label(c)}" for case, c in best.items()))
+    chapter = run_chapter(view, slug, case_params=case_params, sizes=sizes, repeats=repeats, warmup=warmup,
+                          check_shapes=check_shapes, seed=seed, mode="measure", run_id=run_id)
+    tried.chapter = chapter
+    for line in chapter_lines(chapter):
+        say(line)
+    if chapter.correct:
+        tried.compiler = _evidence(say, "compiler report", lambda: _compiler(chapter))
+        if profile:
+            tried.profile = _evidence(say, "Nsight Compute", lambda: _profile(chapter))
 
 
 def _compiler(chapter):
@@ -414,11 +420,6 @@ def _evidence(say, what: str, make):
     for line in lines:
         say(f"{what}: {line}")
     return found
-
-
-def _finish(run: results.Run, candidate: Candidate) -> None:
-    _stamp(run, candidate)
-    _copy_files(run, candidate)
 
 
 def _shown(path: Path) -> str:

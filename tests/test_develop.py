@@ -324,6 +324,25 @@ def test_a_declared_sweep_is_one_run_then_the_chapter_at_its_best_configuration(
     assert {r["params"]["COST"] for r in ops} == {1} and all(r["candidate"] for r in ops)
 
 
+def test_an_interrupted_candidate_keeps_what_it_recorded_named_and_its_files(toy):
+    _, dev, _ = toy
+    calls = []
+
+    def timer(*args, **kwargs):   # the sweep's two timings pass, the chapter's first one is interrupted
+        calls.append(1)
+        if len(calls) > 2:
+            raise RuntimeError("interrupted")
+        return fake_timer(*args, **kwargs)
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        develop.try_candidate(STUDY, "kernels/toy/00_rows.cu", sweep={"COST": [1]}, log=lambda line: None,
+                              timer=timer)
+    (run,) = results.list_runs(dev)
+    assert run.part_names() == ["toy-rows-grid"]
+    assert {r["candidate"] for r in run.read_part("toy-rows-grid")["records"]} == {"00_rows.cu --sweep COST=1"}
+    assert (run.root / "candidate" / "toy" / "00_rows.cu").is_file()
+
+
 # ------------------------------------------------------------------------------ compare, promote
 
 
