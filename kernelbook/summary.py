@@ -15,7 +15,7 @@ from .stepdata import load_recorded
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
 from .evidence.vendor import vendor
-from .plots import PALETTE, footer  # one palette for every figure
+from .plots import PALETTE  # one palette for every figure
 from .report import ANY_BATCH, find_record, format_ms, styled
 
 
@@ -144,9 +144,7 @@ def step_chart(study):
         ax.set_ylabel("time (ms, log)")
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(f"{study.title}: time per step (the fastest in orange)", fontsize=11)
-    runs = sorted({ch.session.run.run_id for ch in chapters.values() if ch is not None and ch.session is not None})
-    footer(fig, f"run(s) {', '.join(runs) or 'none recorded'}")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.tight_layout()
     return fig
 
 
@@ -223,7 +221,7 @@ def vendor_ratio(t: dict) -> str:
         return ""
     slug, ms, run_id = t["best"]
     if t.get("vendor_run") != run_id:
-        return " (another run: no ratio)"
+        return f" (timed in run {t.get('vendor_run')}, not in the step's: no ratio is drawn)"
     ratio = t["vendor_ms"] / ms
     need = t.get("vendor_ratio")
     judged = "" if need is None else f", target ≥ {need:g}×: {'met' if ratio >= need else 'missed'}"
@@ -268,31 +266,50 @@ DEFAULT_TARGET_SOURCE = ("the book's target for this study (its own, set past th
 
 
 def target_frame(study) -> pd.DataFrame:
-    """Each target defined where it is judged: its limit, where the limit comes from, the floor of
-    its case on this device (the FP32 floor, from the ceilings of the best step's run), the library,
-    and the fastest eligible step."""
+    """Each target defined where it is judged: its limit, the fastest eligible step's time, the
+    margin and the spread of the repeats behind it, where the limit comes from, the floor of its
+    case on this device (from the ceilings of the best step's run), the library, and the step.
+    A target that also asks for a ratio to the library (``vendor_ratio``, LeNet's ``vendor_factor``)
+    has a row of its own for it, judged only when the library was timed in the step's run."""
     rows = []
     for t in evaluate_targets(study):
-        floor = None
+        floor, recs = None, []
         if t["best"] is not None:
             chapter = load_recorded(study, t["best"][0])
             floors = []
             for case in t.get("cases") or [t["case"]]:
-                rec = find_record(chapter.records, study.time_metric, case,
-                                  t["size"] if t.get("size") else ANY_BATCH)
+                rec = (find_record(chapter.records, study.time_metric, case, t["size"]) if t.get("size") else
+                       find_record(chapter.records, study.time_metric, case))
+                recs.append(rec)
                 floors.append(floor_ms(study.problem(case, rec["size"]), ceilings_for(t["best"][2]),
                                        step_math(chapter, case)))
             floor = None if None in floors else sum(floors)
         slug, ms, run_id = t["best"] if t["best"] else ("–", None, "–")
+        common = {"Fastest eligible step": slug, "Spread of its repeats": spread(recs[0], recs[1:]) if recs else "–",
+                  "Its floor": format_ms(floor),
+                  "Library": (f"{t['vendor']} {format_ms(t['vendor_ms'])}{vendor_ratio(t)}" if t.get("vendor")
+                              and t.get("vendor_ms") is not None else "–"),
+                  "Limit set by": t.get("source") or DEFAULT_TARGET_SOURCE, "Run": run_id}
         rows.append({"Target": t["what"],
-                     "Verdict": "–" if ms is None else ("met" if ms <= t["limit_ms"] else
-                                                          f"missed by {format_ms(ms - t['limit_ms'])} "
-                                                          f"({ms / t['limit_ms']:.2f}× the limit)"),
+                     "Verdict": "no eligible step recorded" if ms is None else (
+                         ("met" if ms <= t["limit_ms"] else
+                          f"missed by {format_ms(ms - t['limit_ms'])} ({ms / t['limit_ms']:.2f}× the limit)")
+                         + (", the limit inside the spread of its repeats" if within_spread(recs, t["limit_ms"]) else "")),
                      "Its time": format_ms(ms), "Limit": f"≤ {format_ms(t['limit_ms'])}",
-                     "Fastest eligible step": slug, "Its floor": format_ms(floor),
-                     "Library": (f"{t['vendor']} {format_ms(t['vendor_ms'])}{vendor_ratio(t)}" if t.get("vendor")
-                                 else "–"),
-                     "Limit set by": t.get("source") or DEFAULT_TARGET_SOURCE, "Run": run_id})
+                     "Margin": "–" if ms is None else target_margin(ms, t["limit_ms"]), **common})
+        need = t.get("vendor_ratio") or t.get("vendor_factor")
+        if need and t.get("vendor"):
+            same = ms is not None and t.get("vendor_ms") is not None and t.get("vendor_run") == run_id
+            ratio = t["vendor_ms"] / ms if same else None
+            rows.append({"Target": f"{t['what']}: ≥ {need:g}× {t['vendor']} (same run)",
+                         "Verdict": ("not judged: the library was not timed in the step's run" if ratio is None else
+                                     "met" if ratio >= need else "missed"),
+                         "Its time": "–" if ratio is None else f"{ratio:.2f}× ({format_ms(t['vendor_ms'])} / "
+                                                              f"{format_ms(ms)})",
+                         "Limit": f"≥ {need:g}×",
+                         "Margin": "–" if ratio is None else (f"{(ratio - need) / need * 100:.1f} % over" if ratio >= need
+                                                             else f"{(need - ratio) / need * 100:.1f} % short"),
+                         **common})
     return pd.DataFrame(rows)
 
 
@@ -329,3 +346,145 @@ def banner(*studies):
              for r in sorted(runs.values(), key=lambda r: r.run_id)]
     return Markdown("> **Replayed** (this page measures nothing): every number below comes from these recorded "
                     "runs, named in each caption:\n>\n" + "\n".join(f"> - {line}" for line in lines))
+
+
+# ---------------------------------------------------------------------------------------------
+# The verdict: per study and case, the fastest step and the library beside it, from one run.
+
+#: The precision a unit of ``floor.UNITS`` answers to, and the library rows it is compared with:
+#: FP32-accurate steps (FP32, Winograd, 3xTF32, 3xFP16, TF32 + 2 BF16) beside the library's FP32.
+PRECISION = {"fp32": "fp32", "3xtf32": "fp32", "3xfp16": "fp32", "tf32+2xbf16": "fp32", "tf32": "tf32",
+             "fp16": "fp16", "fp16x2": "fp16"}
+PRECISION_WORDS = {"fp32": "FP32-accurate", "tf32": "TF32", "fp16": "FP16"}
+
+
+def precision_of(math: str) -> str:
+    """``fp32``, ``tf32`` or ``fp16``: what a step running on the unit ``math`` is compared with."""
+    return PRECISION.get(math.partition("*")[0], "fp32")
+
+
+def spread(rec: dict | None, others: list | None = None) -> str:
+    """The repeats behind a median: their range, min–max, and how many (summed over ``others``,
+    records of further cases added to ``rec``, as the LeNet target adds its two layers)."""
+    recs = [r for r in [rec, *(others or [])] if r is not None]
+    if not recs or any(r.get("min") is None or r.get("max") is None for r in recs):
+        return "not recorded"
+    lo, hi = sum(r["min"] for r in recs), sum(r["max"] for r in recs)
+    n = min(len(r.get("samples") or []) or r.get("n_samples") or 0 for r in recs)
+    return f"{format_ms(lo)} – {format_ms(hi)}" + (f" (n = {n})" if n else "")
+
+
+def _fastest(study, chapters: dict, case: str, size: int, run_id: str | None = None):
+    """(chapter, record) of the fastest correct step of ``chapters`` at ``case`` and ``size``
+    (only those recorded in ``run_id`` when given), or None."""
+    best = None
+    for chapter in chapters.values():
+        if chapter is None or not chapter.correct or (run_id and chapter.session.run.run_id != run_id):
+            continue
+        rec = find_record(chapter.records, study.time_metric, case, size)
+        if rec is not None and rec["value"] is not None and (best is None or rec["value"] < best[1]["value"]):
+            best = (chapter, rec)
+    return best
+
+
+def _library_beside(study, found_vendor, case: str, size: int, precision: str):
+    """(row name, record) of the fastest library row of ``precision`` at ``case`` and ``size``."""
+    from .evidence.floor import vendor_math
+
+    best = None
+    for name in dict.fromkeys(r["step"] for r in found_vendor.records):
+        if vendor_math(name) != precision:
+            continue
+        rec = find_record([r for r in found_vendor.records if r["step"] == name], study.time_metric, case, size)
+        if rec is not None and rec["value"] is not None and (best is None or rec["value"] < best[1]["value"]):
+            best = (name, rec)
+    return best
+
+
+def verdict_frame(study) -> pd.DataFrame:
+    """Per case and precision: the fastest step of the run that timed the library, its time and
+    spread, the fastest library row of its precision in that same run, their ratio, and the step's
+    % of its floor. Where a faster step of that precision was recorded in another run, a row of
+    its own shows it with no library ratio (two runs are two states of the device)."""
+    chapters = {s: load_recorded(study, s) for s in study.steps.slugs()}
+    found_vendor = vendor(study, "replay")
+    lib_run = found_vendor.session.run.run_id if found_vendor.found else None
+    in_lib_run = {s: load_recorded(study, s, prefer_run=lib_run) for s in study.steps.slugs()} if lib_run else {}
+    rows = []
+    for case in study.cases:
+        size = headline_size(study, case, chapters)
+        if size is None:
+            continue
+        problem = study.problem(case, size)
+        for precision in PRECISION_WORDS:
+            def of_precision(pool):
+                return {s: ch for s, ch in pool.items() if ch is not None and ch.correct
+                        and precision_of(step_math(ch, case)) == precision}
+            same_run = _fastest(study, of_precision(in_lib_run), case, size, run_id=lib_run) if lib_run else None
+            anywhere = _fastest(study, of_precision(chapters), case, size)
+            candidates = [same_run] + ([anywhere] if anywhere and (same_run is None or
+                                                                   anywhere[1]["value"] < same_run[1]["value"]) else [])
+            for found in [c for c in candidates if c is not None]:
+                chapter, rec = found
+                run_id = chapter.session.run.run_id
+                lib = _library_beside(study, found_vendor, case, size, precision) if run_id == lib_run else None
+                floor = floor_ms(problem, ceilings_for(run_id), step_math(chapter, case))
+                rows.append({study.case_header: case, "Size": f"{size:,}", "Precision": PRECISION_WORDS[precision],
+                             "Fastest step": f"{chapter.step.number:02d} {chapter.step.slug}",
+                             "Its time": format_ms(rec["value"]), "Spread of its repeats": spread(rec),
+                             "Library, same run": (f"{lib[0]} {format_ms(lib[1]['value'])}" if lib else
+                                                   "none of this precision" if run_id == lib_run else
+                                                   "not timed in this run"),
+                             "Library / step": f"{lib[1]['value'] / rec['value']:.2f}×" if lib else "–",
+                             "% of its floor": f"{floor / rec['value'] * 100:.1f} %" if floor else "–",
+                             "Run": run_id})
+    return pd.DataFrame(rows)
+
+
+def verdict(study):
+    """The study's verdict table (``verdict_frame``), or a line saying nothing is recorded."""
+    frame = verdict_frame(study)
+    if frame.empty:
+        return styled(pd.DataFrame({"": ["No step of this study is recorded yet."]}), f"{study.title}: verdict")
+    runs = sorted(set(frame["Run"]))
+    note = ("Every row comes from one run." if len(runs) == 1 else
+            f"The rows come from {len(runs)} runs; a ratio is drawn only between a step and the library timed in "
+            "the same run, and a row whose step was recorded in a run that timed no library shows none.")
+    return styled(frame, f"{study.title}: the verdict per {study.case_header.lower()} and precision (medians). Each "
+                         "row's step is the fastest of its precision in the run that timed the library (FP32-accurate "
+                         "steps beside the library's FP32 rows); 'Library / step' is the fastest library row of that "
+                         "precision over the step, above 1 when the step is faster; '% of its floor' is the floor "
+                         "(a limit: the datasheet peaks, or the measured ceilings where higher) over the time; the "
+                         f"spread is the fastest and slowest repeat. {note}", wrap=True)
+
+
+def within_spread(recs: list, limit: float) -> bool:
+    """Whether ``limit`` lies between the fastest and the slowest repeat (summed over ``recs``):
+    then another run could land on the other side of it."""
+    if not recs or any(r is None or r.get("min") is None or r.get("max") is None for r in recs):
+        return False
+    return sum(r["min"] for r in recs) <= limit <= sum(r["max"] for r in recs)
+
+
+def target_margin(ms: float, limit: float) -> str:
+    """How far a time lies under (or over) its limit, as a share of the limit."""
+    gap = (limit - ms) / limit * 100
+    return f"{gap:.1f} % under" if gap >= 0 else f"{-gap:.1f} % over"
+
+
+def device_limits():
+    """Per device recorded: the datasheet's peaks beside the newest ceilings measured on it."""
+    from IPython.display import display
+
+    from .evidence.datasheet import peaks_table
+
+    newest: dict = {}
+    for run in results.list_runs():
+        found = ceilings_for(run.run_id)
+        if found.session is not None and found.session.run.run_id == run.run_id:
+            newest[run.device] = (run, found)   # list_runs is oldest first: the last one stays
+    if not newest:
+        return styled(pd.DataFrame({"": ["No device ceilings are recorded yet."]}), "The devices' limits")
+    for device, (run, found) in newest.items():
+        display(peaks_table(found.values, run.manifest.get("device"), heading=f"{device}, ceilings of run {run.run_id}. "))
+    return None

@@ -93,7 +93,7 @@ def limits(measured: dict, device=None) -> dict:
     return out
 
 
-def peaks_table(measured: dict, device=None):
+def peaks_table(measured: dict, device=None, heading: str = ""):
     """The datasheet peaks beside the measured ceilings, and which one the floor stands on."""
     import pandas as pd
 
@@ -108,13 +108,14 @@ def peaks_table(measured: dict, device=None):
         shown = [(what, measured.get(m)) for what, m in MEASURED_AS[metric] if measured.get(m)]
         best = max((v for _, v in shown), default=None)
         value, where = limit(metric, measured, sheet)
-        rows.append({"Unit": title, f"Datasheet ({unit})": f"{peak:,.0f}" if peak else "–",
-                     f"Measured ({unit})": ", ".join(f"{what} {v:,.0f}".strip() for what, v in shown) or "not recorded",
+        rows.append({"Unit": title, "Datasheet": f"{peak:,.0f} {unit}" if peak else "–",
+                     "Measured": ", ".join(f"{what} {v:,.0f}".strip() for what, v in shown) + f" {unit}" if shown
+                     else "not recorded",
                      "Measured / datasheet": f"{best / peak * 100:.0f} %" if peak and best else "–",
-                     "The floor uses": "–" if value is None else f"{value:,.0f} ({where})"})
+                     "The floor uses": "–" if value is None else f"{value:,.0f} {unit} ({where})"})
     source = (f"Datasheet: {sheet.source}." if sheet is not None else
               f"No datasheet is held for {name or 'this device'} (kernelbook/evidence/datasheet.py lists those "
               "that are): the floor stands on the measured ceilings alone.")
-    return styled(pd.DataFrame(rows), f"The device's limits: the datasheet's peaks beside the ceilings measured on "
+    return styled(pd.DataFrame(rows), f"{heading}The device's limits: the datasheet's peaks beside the ceilings measured on "
                                       f"it. The floor of every step stands on the higher of the two. {source}",
                   wrap=True)

@@ -1,0 +1,85 @@
+"""The summary's verdict and targets, read from the recorded runs: ratios only within one run,
+every target with its margin and the spread of its repeats, the datasheet beside the ceilings."""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+import pytest
+
+from kernelbook import summary
+from kernelbook.evidence.vendor import vendor
+
+STUDIES = ["lenet", "mlp", "vgg"]
+
+
+def study_of(name):
+    return importlib.import_module(f"kernelbook.{name}").STUDY
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_the_verdict_draws_a_ratio_only_within_the_run_that_timed_the_library(name):
+    study = study_of(name)
+    frame = summary.verdict_frame(study)
+    assert not frame.empty
+    library_run = vendor(study, "replay").session.run.run_id
+    for _, row in frame.iterrows():
+        if row["Run"] == library_run:
+            continue
+        assert row["Library / step"] == "–" and row["Library, same run"] == "not timed in this run", row.to_dict()
+    ratios = frame[frame["Library / step"] != "–"]
+    assert not ratios.empty, "no row compares a step with the library of its own run"
+    assert set(ratios["Run"]) == {library_run}
+    for _, row in frame.iterrows():   # every row says how its repeats spread and how near its floor it is
+        assert re.match(r"[\d.]+ (ms|µs) – [\d.]+ (ms|µs)", row["Spread of its repeats"]), row["Spread of its repeats"]
+        percent = float(row["% of its floor"].split()[0])
+        assert 0 < percent <= 100
+
+
+def test_a_precision_is_compared_with_the_library_of_that_precision():
+    frame = summary.verdict_frame(study_of("vgg"))
+    mine = frame[frame["Library / step"] != "–"]
+    for _, row in mine.iterrows():
+        word = {"FP32-accurate": "fp32", "TF32": "tf32", "FP16": "fp16"}[row["Precision"]]
+        assert row["Library, same run"].split()[0].startswith(f"cudnn-{word}"), row.to_dict()
+    assert summary.precision_of("fp32*0.36") == summary.precision_of("3xtf32") == "fp32"
+    assert summary.precision_of("fp16x2") == "fp16"
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_every_target_has_its_margin_and_spread(name):
+    frame = summary.target_frame(study_of(name))
+    assert {"Margin", "Spread of its repeats", "Verdict"} <= set(frame.columns)
+    for _, row in frame.iterrows():
+        if row["Verdict"].startswith(("met", "missed")):
+            assert re.match(r"[\d.]+ % (under|over|short)", row["Margin"]), row.to_dict()
+            assert " – " in row["Spread of its repeats"]
+    assert not any("another run: no ratio" in str(v) for v in frame.to_numpy().ravel())
+
+
+def test_the_lenet_ratio_target_has_its_own_row_judged_in_one_run():
+    frame = summary.target_frame(study_of("lenet"))
+    row = frame[frame["Target"].str.contains("≥ 13× cudnn-fp32")]
+    assert len(row) == 1
+    row = row.iloc[0]
+    assert row["Limit"] == "≥ 13×"
+    ratio = float(row["Its time"].split("×")[0])
+    assert row["Verdict"] == ("met" if ratio >= 13 else "missed")
+
+
+def test_a_margin_and_a_limit_inside_the_spread():
+    assert summary.target_margin(0.9, 1.0) == "10.0 % under" and summary.target_margin(1.1, 1.0) == "10.0 % over"
+    recs = [{"min": 0.4, "max": 0.6}, {"min": 0.5, "max": 0.55}]
+    assert summary.within_spread(recs, 1.0) and not summary.within_spread(recs, 1.2)
+    assert summary.spread(recs[0], recs[1:]) == "900.0 µs – 1.150 ms"
+    assert summary.spread({"min": None, "max": 1.0}) == "not recorded"
+
+
+def test_the_device_limits_show_the_datasheet_beside_each_device_measured(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", shown.append)
+    summary.device_limits()
+    assert shown
+    html = shown[0].to_html()
+    assert "H100 SXM column" in html and "Measured / datasheet" in html and "ceilings of run" in html
