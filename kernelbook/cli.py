@@ -205,10 +205,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         what = "replayed the recorded runs (nothing recorded)"
     print(f"{what}; {done} of {len(report.notebooks)} notebooks ok; "
           f"executed notebooks and batch.json in {report.out_dir}", flush=True)
+    from .params import shown as quoted
+
     for entry in report.notebooks:
         for part, name, wanted, shown in entry.shown_instead:
-            print(f"WARNING {entry.name}: {name}={wanted!r} was asked for, but the replayed recording ({part}) "
-                  f"shows {name}={shown!r}", flush=True)
+            print(f"WARNING {entry.name}: {name}={quoted(wanted, 200)} was asked for, but the replayed recording "
+                  f"({part}) shows {name}={quoted(shown, 200)}", flush=True)
     if report.failed:
         for entry in report.failed:
             print(f"FAILED {entry.name}: {entry.error} (see {entry.output})", file=sys.stderr)

@@ -20,6 +20,7 @@ from typing import Callable
 from . import gpu, provenance, results
 from .escape import md_code, md_text, shown_value
 from .errors import GPUUnavailable, ParameterError, ResultsError
+from .params import shown
 
 MODES = ("auto", "measure", "replay")
 #: Where ``recorded`` appends what a batch must report (set per notebook by ``kernelbook run``).
@@ -113,8 +114,8 @@ class Recording:
         """Markdown that lists each requested value the page shows a recorded one instead of."""
         if not self.mismatches:
             return ""
-        lines = [f"- {md_code(name)}: you asked for {md_code(repr(shown_value(want)))}; "
-                 f"the recording shows {md_code(repr(shown_value(have)))}"
+        lines = [f"- {md_code(name)}: you asked for {md_code(shown(shown_value(want), 200))}; "
+                 f"the recording shows {md_code(shown(shown_value(have), 200))}"
                  for name, want, have in self.mismatches]
         return ("**Warning: this page replays a recording made with other values than the ones you passed.**\n\n"
                 + "\n".join(lines) + "\n\nMeasure on a CUDA GPU to see your values.")

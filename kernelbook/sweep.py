@@ -210,6 +210,7 @@ def run_sweep(study, sweep: Sweep, *, mode: str = "auto", run_id: str | None = N
     ``required=False`` returns an empty result (``found`` False) where nothing was recorded;
     ``sizes_name``: the page's parameter that gave ``sizes`` (``sweep_batch_sizes``), as errors name it."""
     configs = sweep.configurations()
+    given = sizes
     wanted = sizes if sizes is not None else sweep.sizes
     sizes = study.sizes(list(study.default_sizes) if wanted is None else P.parsed_list(wanted), name=sizes_name)
     repeats = repeats if repeats is not None else sweep.repeats if sweep.repeats is not None else study.repeats
@@ -225,8 +226,12 @@ def run_sweep(study, sweep: Sweep, *, mode: str = "auto", run_id: str | None = N
         records = measure_sweep(study, sweep, sizes, repeats, warmup, seed, options, timer=timer)
         return session_mod.Measurement(records, [], extra(records) if extra else {})
 
+    # A replay warns of what the reader set: sizes left to the sweep or the study are whatever the
+    # recording was made with (the study's default sizes may since hold one more).
+    asked = {k: v for k, v in parameters.items() if not (k == study.size_name and given is None)}
     recording = session_mod.recorded(study.part(sweep.step, "grid"), study.name, measure, parameters=parameters,
-                                     mode=mode, run_id=run_id, replay_run=replay_run, required=required)
+                                     mode=mode, run_id=run_id, replay_run=replay_run, required=required,
+                                     compare=asked)
     return SweepResult(sweep.step, recording, tuple(study.cases))
 
 

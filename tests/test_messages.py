@@ -251,3 +251,38 @@ def test_a_damaged_only_recording_says_damaged_in_banner_and_verdict(results_roo
     verdict = " ".join(chapter.verdict_lines())
     assert "damaged" in banner.lower() and "Not recorded" not in banner
     assert "damaged" in verdict and "not recorded yet" not in verdict
+
+
+def test_a_sweep_left_at_its_sizes_asks_for_nothing(results_root, no_gpu):
+    """A replayed grid whose sizes the reader did not set warns of nothing (the study's default
+    sizes may hold one more than the recording); sizes the reader set are compared."""
+    import dataclasses
+
+    from kernelbook import sweep
+    from kernelbook.lenet import STUDY
+    from kernelbook.lenet.grid import SWEEP, run_grid
+
+    run = results.create_run({"device": {"name": "GPU"}, "commit": "c", "host": "h"})
+    declared = dataclasses.replace(SWEEP, sizes=None)
+    run.write_part(STUDY.part(SWEEP.step, "grid"), "lenet",
+                   [results.record("lenet", SWEEP.step, "C1", 100, "op_time_ms", 1.0)],
+                   parameters={"step": SWEEP.step, "batch_sizes": [100], "repeats": 5, "warmup": 1})
+    assert list(STUDY.default_sizes) != [100]
+    assert sweep.run_sweep(STUDY, declared, mode="replay", repeats=5, warmup=1).recording.mismatches == []
+    asked = sweep.run_sweep(STUDY, declared, mode="replay", sizes=[1000], repeats=5, warmup=1).recording.mismatches
+    assert [name for name, _, _ in asked] == ["batch_sizes"]
+    grid = run_grid(SWEEP.step, list(SWEEP.configs), batch_sizes=None, mode="replay")
+    assert "batch_sizes" not in [name for name, _, _ in grid.recording.mismatches]
+
+
+def test_a_shown_instead_warning_stays_short(results_root, no_gpu):
+    from kernelbook import session
+
+    run = results.create_run({"device": {"name": "GPU"}, "commit": "c", "host": "h"})
+    run.write_part("tiny-page", "tiny", [results.record("tiny", "s", "C1", 1, "m", 1.0)], parameters={"label": "y"})
+
+    def never():
+        raise AssertionError
+
+    rec = session.recorded("tiny-page", "tiny", never, parameters={"label": "x" * 100_000}, mode="replay")
+    assert rec.mismatches and len(rec.warning()) < 1000 and "100,002 characters" in rec.warning()

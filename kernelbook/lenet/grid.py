@@ -52,7 +52,7 @@ def run_grid(variant: str, configs: list[dict], metric: str = "op_time_ms", batc
             return {}
         return {"timelines": _timelines(impl, records, metric, STUDY.sizes(sizes), weights_path)}
 
-    return run_sweep(STUDY, sweep, mode=mode, run_id=run_id, replay_run=replay_run, seed=seed, sizes=sizes,
+    return run_sweep(STUDY, sweep, mode=mode, run_id=run_id, replay_run=replay_run, seed=seed, sizes=batch_sizes,
                      repeats=repeats, warmup=warmup, options=options, extra=extra)
 
 
