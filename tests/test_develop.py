@@ -173,6 +173,9 @@ def toy(tmp_path, monkeypatch, results_root):
     monkeypatch.setattr(gpu, "availability", lambda: (True, "Test GPU 9000"))
     monkeypatch.setattr(gpu, "device_info", lambda: {"name": "Test GPU 9000", "compute_capability": "9.0"})
     monkeypatch.setattr(limits, "current", lambda: limits.H100)   # the pretended GPU's limits
+    from kernelbook.evidence import ncu
+
+    monkeypatch.setattr(ncu, "ncu_path", lambda: None)            # no profiler, on any machine
     BUILT.clear()
     return kernels / "toy", dev, results_root
 
@@ -263,8 +266,10 @@ def test_without_a_gpu_try_is_refused_with_the_device_script(toy, monkeypatch):
 def test_a_candidate_goes_through_the_chapter_loop_into_the_development_store_only(toy):
     folder, dev, book = toy
     (folder / "rows_cheap.cu").write_text(STEP_SOURCE.replace("#define COST 4", "#define COST 1"))
-    tried, lines = _try("kernels/toy/rows_cheap.cu", step="rows", defines={"SCALE": 2})
+    tried, lines = _try("kernels/toy/rows_cheap.cu", step="rows", defines={"SCALE": 2}, profile=True)
     assert list(book.iterdir()) == []                        # nothing in data/results
+    # Nsight Compute is asked through the chapter's own evidence code; where it cannot run, it says why
+    assert any(line.startswith("Nsight Compute: not profiled:") for line in lines), lines
     run = results.load_run(tried.run.run_id, dev)
     assert run.manifest["candidate"]["step"] == "rows" and run.manifest["candidate"]["defines"] == {"SCALE": 2}
     assert {"toy-rows", "toy-rows-compiler"} <= set(run.part_names())
