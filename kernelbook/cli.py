@@ -278,7 +278,7 @@ def _csv_cell(value) -> str:
         return ""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return json.dumps(value, sort_keys=True, default=str)
-    return value
+    return _printable(value) if isinstance(value, str) else value  # no escape sequence reaches a terminal
 
 
 def _printable(value) -> str:
@@ -304,7 +304,7 @@ def _cmd_results(args: argparse.Namespace) -> int:
     if args.check:
         problems = results.check_store()
         for line in problems:
-            print(f"problem: {line}")
+            print(f"problem: {_printable(line)}")
         print(f"{len(problems)} problem(s) in {paths.results_dir()}" if problems else
               f"the store at {paths.results_dir()} is valid: {len(results.list_runs())} run(s)")
         return 1 if problems else 0

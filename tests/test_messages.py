@@ -286,3 +286,16 @@ def test_a_shown_instead_warning_stays_short(results_root, no_gpu):
 
     rec = session.recorded("tiny-page", "tiny", never, parameters={"label": "x" * 100_000}, mode="replay")
     assert rec.mismatches and len(rec.warning()) < 1000 and "100,002 characters" in rec.warning()
+
+
+def test_store_text_never_reaches_the_terminal_raw(results_root, capsys):
+    """Device names and file names in the store may hold escape sequences: `results --check`,
+    `results --format csv` and every warning write them out."""
+    run = results.create_run({"device": {"name": "GPU\x1b]0;owned\x07"}, "commit": "c", "host": "h"})
+    run.write_part("lenet-x", "lenet", [results.record("lenet", "x\x1b[2J", "C1", 1, "m", 1.0)])
+    (run.root / "parts" / "stray\x1b[2J.json").write_text("{}")
+    for argv in (["results", "--check"], ["results", "--format", "csv"], ["results"], ["results", "--runs"],
+                 ["results", "--runs", "--format", "csv"]):
+        cli.main(argv)
+        captured = capsys.readouterr()
+        assert "\x1b" not in captured.out + captured.err and "\x07" not in captured.out + captured.err, argv
