@@ -75,13 +75,13 @@ class Chapter(StepRecording):
         from .evidence import compiler as compiler_mod
         from .evidence.ncu import load_ncu
 
-        profiled = load_ncu(self.study, self.variant, prefer_run=self.session.run.run_id)
+        profiled = load_ncu(self.study, self.slug, prefer_run=self.session.run.run_id)
         if not (compiled.found and profiled.found):
             return []
         shown = compiler_mod.launched(self, compiled.records)   # not the rows of a stale build
         ptxas = {(r.get("kernel"), r["layer"]): r["value"] for r in shown if r["metric"] == "registers"}
-        impl = self.study.impl(self.variant)
-        size = profiled.extra.get("batch") or self.study.profile_size
+        impl = self.study.impl(self.slug)
+        size = profiled.extra.get("size") or profiled.extra.get("batch") or self.study.profile_size  # (runs before "size")
         notes = []
         for k in profiled.extra.get("kernels") or []:
             case = k.get("layer")
@@ -133,22 +133,22 @@ class Chapter(StepRecording):
     def reported(self):
         from .report import message_table
 
-        table = self.study.reported(self.variant)
+        table = self.study.reported(self.slug)
         return table if table is not None else message_table(
-            f"No write-up reports the {self.variant} step.", "Reported by the write-ups")
+            f"No write-up reports the {self.slug} step.", "Reported by the write-ups")
 
     def comparison(self) -> dict[str, "Chapter"]:
         """{'baseline: …': …, 'previous step: …': …, 'this step: …': self}, what is recorded."""
         steps: dict[str, Chapter] = {}
         run_id = self.session.run.run_id
-        previous = self.study.steps.previous(self.variant)
+        previous = self.study.steps.previous(self.slug)
         for role, step in (("baseline", self.study.steps.baseline), ("previous step", previous)):
-            if step is None or step.slug == self.variant or step.slug in [c.variant for c in steps.values()]:
+            if step is None or step.slug == self.slug or step.slug in [c.slug for c in steps.values()]:
                 continue
             found = load_recorded(self.study, step.slug, prefer_run=run_id)
             if found is not None:
                 steps[f"{role}: {step.slug}"] = found
-        steps[f"this step: {self.variant}"] = self
+        steps[f"this step: {self.slug}"] = self
         return steps
 
     def deltas(self):
@@ -233,7 +233,7 @@ def run_chapter(study: Study, step: str, params: dict | None = None, case_params
                                "pass at most check_shapes=1000.")
     P.optional_int("seed", seed)
     extra_options = study.options(**options)
-    parameters = {"variant": entry.slug, "params": P.mapping("params", params),
+    parameters = {"step": entry.slug, "params": P.mapping("params", params),
                   study.case_params_name: P.mapping(study.case_params_name, case_params),
                   study.size_name: chosen, "repeats": repeats, "warmup": warmup,
                   "check_shapes": check_shapes, "seed": seed, **shown_value(extra_options)}  # no absolute paths

@@ -161,7 +161,7 @@ def step_deltas(steps: dict):
     runs = {ch.session.run.run_id for ch in steps.values() if ch.session is not None}
     source = (current.recording.short_label if len(runs) <= 1 else
               "; ".join(f"{name.split(':')[0]}: run {ch.session.run.run_id}" for name, ch in steps.items()))
-    fig.suptitle(f"{current.variant} against the baseline and the previous step", fontsize=10, parse_math=False)
+    fig.suptitle(f"{current.slug} against the baseline and the previous step", fontsize=10, parse_math=False)
     footer(fig, source, current.session is None or current.session.measuring)
     height = 2.9 * nrows + 1.2
     fig.tight_layout(rect=(0, (0.2 * len(labels) + 0.3) / height, 1, 1 - 0.35 / height))

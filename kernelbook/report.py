@@ -36,19 +36,20 @@ def format_ms(value: float | None) -> str:
     return f"{value * 1000:.2f} µs"
 
 
-ANY_BATCH = object()
+ANY_SIZE = object()
+ANY_BATCH = ANY_SIZE  # its name before sizes were called sizes (kept one release)
 
 
-def find_record(records: list[dict], metric: str, layer: str, batch=ANY_BATCH) -> dict | None:
-    """The first record of ``metric`` for ``layer`` (a case) and ``batch`` (a size), unless left out."""
+def find_record(records: list[dict], metric: str, layer: str, size=ANY_SIZE) -> dict | None:
+    """The first record of ``metric`` for ``layer`` (a case) at ``size``, unless left out."""
     for r in records:
-        if r["metric"] == metric and r["layer"] == layer and (batch is ANY_BATCH or r["size"] == batch):
+        if r["metric"] == metric and r["layer"] == layer and (size is ANY_SIZE or r["size"] == size):
             return r
     return None
 
 
-def record_value(records: list[dict], metric: str, layer: str, batch=ANY_BATCH) -> float | None:
-    found = find_record(records, metric, layer, batch)
+def record_value(records: list[dict], metric: str, layer: str, size=ANY_SIZE) -> float | None:
+    found = find_record(records, metric, layer, size)
     return None if found is None else found["value"]
 
 
@@ -167,7 +168,7 @@ def _case_rows(chapter, columns, spread: bool) -> pd.DataFrame:
     if any(c.kind == "speedup_vs_baseline" for c in columns):
         from .stepdata import load_recorded
 
-        baseline = chapter if chapter.variant == study.steps.baseline.slug else load_recorded(
+        baseline = chapter if chapter.slug == study.steps.baseline.slug else load_recorded(
             study, study.steps.baseline.slug, prefer_run=chapter.session.run.run_id)
     rows = []
     for case in sizes_of(chapter):
@@ -205,16 +206,16 @@ def milestone_table(chapter, spread: bool = True):
     tag = f"[{chapter.recording.short_label}]"
     timed_columns = [c for c in columns if c.kind in ("time", "ms")]
     if not spread or len(timed_columns) <= SPREAD_INLINE_COLUMNS:
-        caption = f"{chapter.variant}: medians{' (min–max)' if spread else ''} over the repeats. {note} {tag}"
+        caption = f"{chapter.slug}: medians{' (min–max)' if spread else ''} over the repeats. {note} {tag}"
         return styled(milestone_frame(chapter, spread=spread), caption)
-    medians = styled(milestone_frame(chapter), f"{chapter.variant}: medians over the repeats "
+    medians = styled(milestone_frame(chapter), f"{chapter.slug}: medians over the repeats "
                      f"(their min–max in the next table). {note} {tag}")
     both = milestone_frame(chapter, spread=True)
     first = both.columns[0]
     spreads = pd.DataFrame({first: both[first]})
     for c in timed_columns:
         spreads[c.header] = both[c.header].map(_spread_only)
-    return Tables([medians, styled(spreads, f"{chapter.variant}: min–max over the repeats of each median "
+    return Tables([medians, styled(spreads, f"{chapter.slug}: min–max over the repeats of each median "
                                             f"above. {tag}")])
 
 
@@ -301,14 +302,14 @@ def delta_table(steps: dict):
             mine = find_record(current.records, metric, case, size) if current.correct else None
             # The comparison first (this step, then its speed-ups), the steps it is compared with
             # after: on a narrow page the columns the verdict rests on stay in view.
-            row[f"{_role(names[-1]).capitalize()} ({current.variant})"] = format_ms(mine["value"]) if mine else "–"
+            row[f"{_role(names[-1]).capitalize()} ({current.slug})"] = format_ms(mine["value"]) if mine else "–"
             found = {name: find_record(steps[name].records, metric, case, size) if steps[name].correct else None
                      for name in reversed(names[:-1])}
             for name, theirs in found.items():
                 row[f"speed-up vs {_role(name)}"] = (f"{theirs['value'] / mine['value']:.2f}×"
                                                      if theirs and mine else "–")
             for name, theirs in found.items():
-                row[f"{_role(name).capitalize()} ({steps[name].variant})"] = format_ms(theirs["value"]) if theirs else "–"
+                row[f"{_role(name).capitalize()} ({steps[name].slug})"] = format_ms(theirs["value"]) if theirs else "–"
             rows.append(row)
     tags = " | ".join(f"{_role(n)}: {ch.recording.short_label}" for n, ch in steps.items())
     return styled(pd.DataFrame(rows), f"{metric} against earlier steps (medians). [{tags}]")
@@ -336,7 +337,7 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
             if not (mine and theirs):
                 continue
             if other.session.run.device != current.session.run.device:  # never a ratio across devices
-                lines.append(f"{case}: the {_role(name)} ({other.variant}) is recorded only on "
+                lines.append(f"{case}: the {_role(name)} ({other.slug}) is recorded only on "
                              f"{other.session.run.device} (run {other.session.run.run_id}), another device: "
                              "no ratio is drawn.")
                 continue
@@ -346,7 +347,7 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
             elsewhere = ("" if other.session.run.run_id == current.session.run.run_id else
                          f", run {other.session.run.run_id}")
             lines.append(f"{case} at {current.study.size_header.lower()} {size_here:,}: {format_ms(mine['value'])}, {word} "
-                         f"the {_role(name)} ({other.variant}, {format_ms(theirs['value'])}{elsewhere}).")
+                         f"the {_role(name)} ({other.slug}, {format_ms(theirs['value'])}{elsewhere}).")
     return lines or ["No earlier step is recorded at these sizes to compare with."]
 
 
@@ -463,7 +464,7 @@ def grid_table(grid):
             row[f"B={r['size']}"] = format_ms(r["value"]) if r["value"] == r["value"] and r["value"] is not None else "–"
         rows.append(row)
     what = metric.replace("_ms", "").replace("_", " ")
-    return styled(pd.DataFrame(rows), f"{grid.variant}: {what} (median) of every configuration. [{grid.short_label}]")
+    return styled(pd.DataFrame(rows), f"{grid.step}: {what} (median) of every configuration. [{grid.short_label}]")
 
 
 def best_config_table(grid, layers=None):

@@ -25,8 +25,15 @@ class StepRecording(session_mod.RecordingView):
     # ------------------------------------------------------------------ the recording
 
     @property
-    def variant(self) -> str:
+    def slug(self) -> str:
         return self.step.slug
+
+    @property
+    def variant(self) -> str:
+        """Deprecated name of ``slug`` (kept one release)."""
+        from .steps import renamed
+
+        return renamed("chapter.variant", "chapter.slug", self.step.slug)
 
     @property
     def correct(self) -> bool:

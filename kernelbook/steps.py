@@ -44,11 +44,19 @@ compiled (``prepare``), which kernels the profilers and the compiler report look
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar, Iterable, Iterator
 
 from . import paths
 from .errors import ParameterError, StepError
+
+def renamed(old: str, new: str, value=None):
+    """A deprecated name still accepted for one release: warn (``DeprecationWarning`` naming the
+    new name) and hand back ``value`` (``variant=`` is now ``step=``, ``get_variant`` ``get_step``)."""
+    warnings.warn(f"{old} is deprecated; use {new}.", DeprecationWarning, stacklevel=3)
+    return value
+
 
 STEM = re.compile(r"^(\d{2})_[a-z0-9_]+$")
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]*$")

@@ -3,7 +3,7 @@
 
     python scripts/sanitize.py                      # LeNet: every step, both layers, new run
     python scripts/sanitize.py --study kernelbook.mlp --run-id 20261122T0430Z-3f9c1a
-    python scripts/sanitize.py --variants baseline,tiled --tools memcheck --batch 2
+    python scripts/sanitize.py --steps baseline,tiled --tools memcheck --size 2
 
 Each (step, case, tool) is one process: ``compute-sanitizer --tool T --error-exitcode 1
 python -m kernelbook.evidence.target --study S --step V --cases L --size N``, which launches the
@@ -33,13 +33,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--study", default="kernelbook.lenet", help="the study's module (default kernelbook.lenet)")
     parser.add_argument("--run-id", help="write into this run (created if missing); default: a new run")
-    parser.add_argument("--variants", help="comma-separated variants (default: every registered one)")
+    parser.add_argument("--steps", help="comma-separated steps (default: every registered one)")
     parser.add_argument("--layers", default="", help="comma-separated cases (default: all of the study's)")
     parser.add_argument("--tools", default=",".join(TOOLS), help="compute-sanitizer tools (default memcheck,racecheck)")
-    parser.add_argument("--batch", type=int, default=None, help="size per launch (default: the study's small size)")
+    parser.add_argument("--size", "--batch", dest="size", type=int, default=None, help="size per launch (default: the study's small size)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per sanitizer process")
     parser.add_argument("--default-params", action="store_true",
-                        help="use each variant's default parameters, not its recorded chapter's")
+                        help="use each step's default parameters, not its recorded chapter's")
     parser.add_argument("--strict", action="store_true", help="exit 3 when nothing can be checked here")
     return parser.parse_args(argv)
 
@@ -60,15 +60,15 @@ def main(argv=None) -> int:
         print(f"sanitize: not available here: {reason}; nothing checked, nothing recorded.")
         return 3 if args.strict else 0
 
-    variants = [v.strip() for v in args.variants.split(",")] if args.variants else study.steps.slugs()
-    for v in variants:
+    steps = [v.strip() for v in args.steps.split(",")] if args.steps else study.steps.slugs()
+    for v in steps:
         study.steps.get(v)  # an unknown name fails here, before anything runs
     layers = [layer.strip() for layer in args.layers.split(",") if layer.strip()] or list(study.cases)
-    size = args.batch or getattr(study, "sanitizer_size", sanitizer.SANITIZER_SIZE)
+    size = args.size or getattr(study, "sanitizer_size", sanitizer.SANITIZER_SIZE)
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
 
     started = time.monotonic()
-    parameters = {"batch": size, "tools": tools, "layers": layers, "variants": variants,
+    parameters = {"size": size, "tools": tools, "layers": layers, "steps": steps,
                   "recorded_params": not args.default_params}
     part = sanitizer.part(study)
     kept_records, kept_logs = [], {}
@@ -87,27 +87,27 @@ def main(argv=None) -> int:
     def measure(progress) -> session.Measurement:
         nonlocal bad
         records, logs = [], {}
-        for variant in variants:
-            chapter = None if args.default_params else load_recorded(study, variant, prefer_run=args.run_id)
+        for step in steps:
+            chapter = None if args.default_params else load_recorded(study, step, prefer_run=args.run_id)
             layer_params = chapter.case_params() if chapter is not None else {}
             for layer in layers:
                 for name in tools:
                     t0 = time.monotonic()
                     try:
-                        summary = sanitizer.run_sanitizer(study, name, variant, layer_params, size, [layer],
+                        summary = sanitizer.run_sanitizer(study, name, step, layer_params, size, [layer],
                                                           args.timeout)
                     except profiler_tools.ProfilerUnavailable as exc:
                         summary = {"errors": None, "rc": None, "passed": False, "log_tail": str(exc), "command": ""}
-                    record = sanitizer.sanitizer_record(study, name, variant, layer, size, summary)
+                    record = sanitizer.sanitizer_record(study, name, step, layer, size, summary)
                     record["params"] = layer_params.get(layer, {})
                     record["seconds"] = round(time.monotonic() - t0, 1)
                     records.append(record)
-                    logs[f"{variant}/{layer}/{name}"] = {"command": summary.get("command", ""),
+                    logs[f"{step}/{layer}/{name}"] = {"command": summary.get("command", ""),
                                                          "log_tail": summary.get("log_tail", "")}
                     verdict = ("did not run" if summary["errors"] is None else
                                "pass" if summary["passed"] else f"FAIL ({summary['errors']} errors)")
                     bad += verdict != "pass"
-                    print(f"sanitize: {variant:18s} {layer} {name:10s} {verdict} ({record['seconds']} s)", flush=True)
+                    print(f"sanitize: {step:18s} {layer} {name:10s} {verdict} ({record['seconds']} s)", flush=True)
                     if verdict != "pass":
                         print("  " + summary.get("log_tail", "").replace("\n", "\n  ")[-3000:], flush=True)
                     all_records, extra = merged(records, logs)

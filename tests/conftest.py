@@ -53,11 +53,11 @@ def results_root(tmp_path, monkeypatch):
 DEVICE = {"name": "Test GPU 9000", "compute_capability": "9.0"}
 
 
-def fabricate_chapter(root, variant="baseline", correct=True, run_id=None, batches=(100, 1000)):
+def fabricate_chapter(root, step="baseline", correct=True, run_id=None, batches=(100, 1000)):
     """A recorded run holding one LeNet chapter, as a GPU run would have written it."""
     run = results.create_run({"device": DEVICE, "commit": "abc123def456", "host": "test"},
                              run_id=run_id, root=root)
-    recs = [results.record("lenet", variant, layer, None, "correct", 1.0 if correct else 0.0)
+    recs = [results.record("lenet", step, layer, None, "correct", 1.0 if correct else 0.0)
             for layer in ("C1", "C3")]
     if correct:
         from kernelbook.lenet import layer_shape
@@ -67,16 +67,16 @@ def fabricate_chapter(root, variant="baseline", correct=True, run_id=None, batch
             for i, layer in enumerate(("C1", "C3")):
                 s = layer_shape(layer, b)
                 base = 0.01 * b * (i + 1)
-                recs.append(results.record("lenet", variant, layer, b, "op_time_ms",
+                recs.append(results.record("lenet", step, layer, b, "op_time_ms",
                                            Measured([base, base * 1.1, base * 0.9]),
                                            flops=s.flops, min_bytes=s.min_bytes))
-                recs.append(results.record("lenet", variant, layer, b, "layer_time_ms",
+                recs.append(results.record("lenet", step, layer, b, "layer_time_ms",
                                            Measured([base * 3, base * 3.3]), flops=s.flops, min_bytes=s.min_bytes))
-            recs.append(results.record("lenet", variant, "network", b, "total_time_ms", Measured([b * 0.1])))
-            recs.append(results.record("lenet", variant, "network", b, "accuracy", 0.9))
+            recs.append(results.record("lenet", step, "network", b, "total_time_ms", Measured([b * 0.1])))
+            recs.append(results.record("lenet", step, "network", b, "accuracy", 0.9))
     checks = [{"label": "C1", "layer": "C1", "shape": {"B": 3, "M": 4, "C": 1, "H": 86, "W": 86, "K": 7},
                "passed": correct, "rel_l2_error": 1e-7 if correct else 0.5, "max_abs_error": 1e-6,
                "unwritten": 0, "tolerance": 1e-5, "error": None}]
-    params = {"variant": variant, "batch_sizes": list(batches), "params": {}, "weights": "data/models/lenet86.bin"}
-    run.write_part(f"lenet-{variant}", "lenet", recs, checks, parameters=params)
+    params = {"step": step, "batch_sizes": list(batches), "params": {}, "weights": "data/models/lenet86.bin"}
+    run.write_part(f"lenet-{step}", "lenet", recs, checks, parameters=params)
     return run

@@ -28,7 +28,7 @@ import pytest
 from kernelbook import paths
 from kernelbook.chapter import load_recorded
 from kernelbook.evidence.ncu import load_ncu
-from kernelbook.report import ANY_BATCH, find_record
+from kernelbook.report import ANY_SIZE, find_record
 from kernelbook.session import replayed
 
 CLAIM = re.compile(r"<!-- claim: (\S+) (\S+) (?:(slightly|much|within)-)?(faster|slower|higher|lower|same) "
@@ -98,9 +98,9 @@ def judge(a: float, b: float, degree: str | None, word: str) -> str | None:
 def test_a_library_row_is_read_and_a_wrong_name_refused():
     from kernelbook.mlp import STUDY
 
-    assert value(STUDY, "torch-fp32", "op_time_ms", "100x100", ANY_BATCH) > 0
+    assert value(STUDY, "torch-fp32", "op_time_ms", "100x100", ANY_SIZE) > 0
     with pytest.raises(AssertionError, match="neither a step"):
-        value(STUDY, "torch-fp33", "op_time_ms", "100x100", ANY_BATCH)
+        value(STUDY, "torch-fp33", "op_time_ms", "100x100", ANY_SIZE)
 
 
 def test_the_judge_rejects_wrong_degrees():
@@ -115,7 +115,7 @@ def test_the_judge_rejects_wrong_degrees():
 @pytest.mark.parametrize("study_name, step, degree, word, other, metric, case, size", claims())
 def test_claim_agrees_with_the_records(study_name, step, degree, word, other, metric, case, size):
     study = importlib.import_module(f"kernelbook.{study_name}").STUDY
-    at = int(size) if size else ANY_BATCH
+    at = int(size) if size else ANY_SIZE
     a, b = value(study, step, metric, case, at), value(study, other, metric, case, at)
     why = judge(a, b, degree, word)
     assert why is None, f"{study_name} {step} against {other}, {metric} {case} {size or ''}: {why}"
@@ -234,7 +234,7 @@ def rank_claims():
 @pytest.mark.parametrize("study_name, step, word, rows, metric, case, size", rank_claims())
 def test_rank_claim_agrees_with_the_records(study_name, step, word, rows, metric, case, size):
     study = importlib.import_module(f"kernelbook.{study_name}").STUDY
-    at = int(size) if size else ANY_BATCH
+    at = int(size) if size else ANY_SIZE
     ranked = rank_rows(study, rows)
     if word.startswith("behind-only:"):
         ranked.append(word.partition(":")[2])

@@ -6,24 +6,24 @@ import pytest
 from kernelbook import lenet
 from kernelbook import harness
 from kernelbook.checks import claims_fp32_range
-from kernelbook.lenet.study import STUDY, check_variant
+from kernelbook.lenet.study import STUDY, check_step
 from kernelbook.errors import ShapeError
 from kernelbook.lenet import ConvShape, conv_forward
 
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("slug", lenet.variant_names())
-def test_variant_matches_float64_on_random_shapes_with_poison(slug):
-    impl = lenet.get_variant(slug)
-    found = check_variant(impl, impl.params(), n_random=12, seed=None)
+@pytest.mark.parametrize("slug", lenet.step_names())
+def test_step_matches_float64_on_random_shapes_with_poison(slug):
+    impl = lenet.get_step(slug)
+    found = check_step(impl, impl.params(), n_random=12, seed=None)
     failed = [c for c in found if not c.passed]
     assert len(found) >= 10
     assert not failed, failed
 
 
 def test_poison_catches_an_unwritten_element(monkeypatch):
-    impl = lenet.get_variant("baseline")
+    impl = lenet.get_step("baseline")
     real_launch = impl.launch
 
     def lazy_launch(y, *operands_shape_params, **options):
@@ -116,7 +116,7 @@ def test_constant_memory_steps_on_two_streams_use_their_own_weights():
 
 # ---- the range test: FP32-accurate means <= 1e-5 relative L2 for inputs and weights from 1e-6 to 1e6
 
-FP32_STEPS = [s for s in lenet.variant_names() if claims_fp32_range(lenet.get_variant(s))]
+FP32_STEPS = [s for s in lenet.step_names() if claims_fp32_range(lenet.get_step(s))]
 RANGE_CASES = [(f"x{xs:g}-k{ks:g}", xs, ks) for xs in (1e-6, 1.0, 1e6) for ks in (1e-6, 1.0, 1e6)] + [
     ("x-mixed", "mixed", 1.0), ("k-mixed", 1.0, "mixed"), ("both-mixed", "mixed", "mixed")]
 
@@ -135,7 +135,7 @@ def test_fp32_steps_pass_the_range_test(slug, layer):
     from kernelbook.checks import poisoned
     from kernelbook.lenet.reference import conv2d_reference
 
-    impl = lenet.get_variant(slug)
+    impl = lenet.get_step(slug)
     shape = lenet.layer_shape(layer, 2)
     rng = np.random.default_rng()
     errors = {}

@@ -7,14 +7,14 @@ import pytest
 from kernelbook import lenet
 from kernelbook import kernels
 from kernelbook.errors import LaunchLimitError, ParameterError, ShapeError
-from kernelbook.lenet import ConvShape, layer_shape, variants
+from kernelbook.lenet import ConvShape, layer_shape, convstep
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
 
-@pytest.mark.parametrize("slug", lenet.variant_names())
-def test_every_variant_compiles_for_sm90_and_reports_resources(slug, tmp_path):
-    impl = lenet.get_variant(slug)
+@pytest.mark.parametrize("slug", lenet.step_names())
+def test_every_step_compiles_for_sm90_and_reports_resources(slug, tmp_path):
+    impl = lenet.get_step(slug)
     params = impl.params()
     # sm_90, or the step's architecture-specific target (wgmma: sm_90a)
     cubin, report = kernels.compile_cubin(impl.source, impl.defines(params, layer_shape("C3", 2)),
@@ -29,7 +29,7 @@ def test_every_variant_compiles_for_sm90_and_reports_resources(slug, tmp_path):
 
 
 def test_every_lenet_cu_file_is_a_step():
-    used = {impl.source for impl in map(lenet.get_variant, lenet.variant_names())}
+    used = {impl.source for impl in map(lenet.get_step, lenet.step_names())}
     on_disk = {str(p.relative_to(kernels.paths.kernels_dir())) for p in (kernels.paths.kernels_dir() / "lenet").glob("*.cu")}
     assert on_disk <= used, f"kernel files without a step: {sorted(on_disk - used)}"
 
@@ -89,7 +89,7 @@ def test_shapes_are_validated_before_any_launch():
 
 
 def test_baseline_refuses_out_of_limit_shapes_with_the_limit_named():
-    impl = lenet.get_variant("baseline")
+    impl = lenet.get_step("baseline")
     with pytest.raises(LaunchLimitError, match="65535"):
         impl.validate(ConvShape(B=70000, M=4, C=1, H=8, W=8, K=3), impl.params())
     with pytest.raises(ShapeError, match="32-bit"):

@@ -13,11 +13,11 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 
 
 def step():
-    return lenet.get_variant("wgmma-final")
+    return lenet.get_step("wgmma-final")
 
 
 def test_it_follows_the_hopper_final_and_builds_for_sm90a():
-    names = lenet.variant_names()
+    names = lenet.step_names()
     assert names.index("wgmma-final") == names.index("hopper-final") + 1
     assert lenet.STEPS.previous("wgmma-final").slug == "hopper-final"
     assert step().arch == "sm_90a"

@@ -40,30 +40,30 @@ UNITS = ["", "", "", "", "", "", "", "", "", "", "", "",
          "", "", "", ""]
 
 
-def _range(variant, layer):
-    return f'4242  "<default domain>:kb:{variant}:{layer}:none:none:none:none:none:none"'
+def _range(step, layer):
+    return f'4242  "<default domain>:kb:{step}:{layer}:none:none:none:none:none:none"'
 
 
-def kernel_row(i, variant, layer, name, dram, ns, l1, regs, dyn, static, l2, sm, mem, occ, threads, stalls):
-    return [str(i), "4242", "python3.12", "device-host", _range(variant, layer), name, "1", "7",
+def kernel_row(i, step, layer, name, dram, ns, l1, regs, dyn, static, l2, sm, mem, occ, threads, stalls):
+    return [str(i), "4242", "python3.12", "device-host", _range(step, layer), name, "1", "7",
             "(16, 16, 4)", "(25, 4, 250)", "0", "9.0", dram, ns, l1, regs, dyn, static, l2, sm, mem, occ,
             threads, *stalls]
 
 
-def fabricated_csv(variant="unroll-matmul", chatter=True) -> str:
+def fabricated_csv(step="unroll-matmul", chatter=True) -> str:
     """What `ncu --csv --page raw --print-units base` prints: chatter, header, units, kernels.
 
     C1 has one kernel; C3 has two (an unroll kernel and a matmul), so C3 is aggregated. Values
     carry thousands separators, one L1 hit rate is n/a, the range cell holds quoted quotes.
     """
     rows = [COLUMNS, UNITS,
-            kernel_row(0, variant, "C1", "conv_forward(float *, const float *, int)", "31,457,280", "120,512",
+            kernel_row(0, step, "C1", "conv_forward(float *, const float *, int)", "31,457,280", "120,512",
                        "85.5", "40", "7,744", "0", "60.1", "45.2", "70.0", "80.5", "31.9",
                        ["10.5", "2.0", "0.5", "1.0"]),
-            kernel_row(1, variant, "C3", "unroll_kernel", "1,000,000", "100", "n/a", "32", "0", "1,024",
+            kernel_row(1, step, "C3", "unroll_kernel", "1,000,000", "100", "n/a", "32", "0", "1,024",
                        "50.0", "40.0", "90.0", "60.0", "32",
                        ["4.0", "8.0", "1.0", "2.0"]),
-            kernel_row(2, variant, "C3", "matmul_kernel", "3,000,000", "300", "75.0", "64", "16,384", "0",
+            kernel_row(2, step, "C3", "matmul_kernel", "3,000,000", "300", "75.0", "64", "16,384", "0",
                        "70.0", "80.0", "30.0", "40.0", "28.0",
                        ["12.0", "0", "6.0", "1.0"])]
     buffer = io.StringIO()
@@ -136,9 +136,9 @@ def test_units_are_converted_to_ms_and_bytes():
 # ----------------------------------------------------------------------------- aggregation
 
 
-def _records(text=None, variant="unroll-matmul"):
+def _records(text=None, step="unroll-matmul"):
     _, chosen, _ = ncu_metrics.resolve_metrics(None)
-    return ncu_metrics.records_from_csv(text or fabricated_csv(variant), "lenet", variant, 1000, chosen, ("C1", "C3"))
+    return ncu_metrics.records_from_csv(text or fabricated_csv(step), "lenet", step, 1000, chosen, ("C1", "C3"))
 
 
 def _get(records, layer, metric):
@@ -275,11 +275,11 @@ def test_profile_target_refuses_bad_arguments_before_touching_a_gpu(capsys):
 # ----------------------------------------------------------------------------- chapters
 
 
-def _write_ncu(run, variant, scale=1.0):
-    records, kernels = _records(variant=variant)
+def _write_ncu(run, step, scale=1.0):
+    records, kernels = _records(step=step)
     for r in records:
         r["value"] *= scale
-    run.write_part(STUDY.part(variant, "ncu"), "lenet", records, extra={"kernels": kernels})
+    run.write_part(STUDY.part(step, "ncu"), "lenet", records, extra={"kernels": kernels})
     return records
 
 
@@ -323,7 +323,7 @@ def test_measuring_with_a_profile_writes_the_part(results_root, no_gpu, monkeypa
     run = fabricate_chapter(results_root)
     measuring = _measuring_chapter(run, monkeypatch)
     monkeypatch.setattr(ncu, "ncu_path", lambda: "/fake/ncu")
-    fake = _records(variant="baseline")
+    fake = _records(step="baseline")
     calls = []
     monkeypatch.setattr(ncu, "run_ncu", lambda study, v, lp, size, cases, timeout: calls.append((v, lp, size)) or (
         fake[0], {"kernels": fake[1], "missing_metrics": ["tensor_pipe_pct"], "ncu_version": "2025.3.1.0",
@@ -351,9 +351,9 @@ def _measuring_chapter(run, monkeypatch):
 
 
 def test_comparison_shows_change_against_previous_and_baseline(results_root, no_gpu):
-    run = fabricate_chapter(results_root, variant="baseline")
-    fabricate_chapter(results_root, variant="tiled", run_id=run.run_id)
-    fabricate_chapter(results_root, variant="restrict-unroll", run_id=run.run_id)
+    run = fabricate_chapter(results_root, step="baseline")
+    fabricate_chapter(results_root, step="tiled", run_id=run.run_id)
+    fabricate_chapter(results_root, step="restrict-unroll", run_id=run.run_id)
     _write_ncu(run, "baseline", scale=2.0)
     _write_ncu(run, "tiled", scale=1.25)
     _write_ncu(run, "restrict-unroll", scale=1.0)
@@ -409,10 +409,10 @@ def test_floor_is_the_slower_of_bytes_and_flops():
 
 def _cudnn_records(batch=1000):
     recs = []
-    for variant, factor in (("cudnn", 1.0), ("cudnn-tf32", 0.5)):
+    for step, factor in (("cudnn", 1.0), ("cudnn-tf32", 0.5)):
         for layer, t in (("C1", 1.0), ("C3", 2.0)):
             s = layer_shape(layer, batch)
-            recs.append(results.record("lenet", variant, layer, batch, "op_time_ms", t * factor,
+            recs.append(results.record("lenet", step, layer, batch, "op_time_ms", t * factor,
                                        flops=s.flops, min_bytes=s.min_bytes))
     return recs
 
@@ -470,19 +470,19 @@ def test_torch_without_cuda_is_reported_not_raised(monkeypatch):
 
 
 def test_roofline_builds_from_fabricated_records(results_root, no_gpu):
-    run = fabricate_chapter(results_root, variant="baseline")
-    fabricate_chapter(results_root, variant="tiled", run_id=run.run_id)
+    run = fabricate_chapter(results_root, step="baseline")
+    fabricate_chapter(results_root, step="tiled", run_id=run.run_id)
     _write_ncu(run, "tiled")
     chapters = {v: run_chapter(STUDY, v, sizes=[100, 1000], mode="replay") for v in ("baseline", "tiled")}
     chapters["sweep"] = None
     profiles = {"tiled": ncu.load_ncu(STUDY, "tiled").records, "baseline": []}
     frame = roofline.points_from(STUDY, chapters, profiles, _cudnn_records(), size=1000, vendor_label="cuDNN")
     assert len(frame) == 8  # (baseline, tiled, cudnn, cudnn-tf32) x (C1, C3)
-    tiled_c1 = frame[(frame["variant"] == "tiled") & (frame["layer"] == "C1")].iloc[0]
+    tiled_c1 = frame[(frame["step"] == "tiled") & (frame["layer"] == "C1")].iloc[0]
     assert tiled_c1["bytes_source"] == "dram (ncu)"
     assert tiled_c1["intensity"] == pytest.approx(layer_shape("C1", 1000).flops / 31457280)
     assert tiled_c1["gflops"] == pytest.approx(layer_shape("C1", 1000).flops / 0.01 / 1e9)
-    base_c3 = frame[(frame["variant"] == "baseline") & (frame["layer"] == "C3")].iloc[0]
+    base_c3 = frame[(frame["step"] == "baseline") & (frame["layer"] == "C3")].iloc[0]
     assert base_c3["bytes_source"] == "fewest bytes" and bool(base_c3["replayed"])
     fig = roofline.roofline(frame, CEILINGS)
     ax = fig.axes[0]
@@ -492,7 +492,7 @@ def test_roofline_builds_from_fabricated_records(results_root, no_gpu):
     assert any("copy bandwidth 1,000 GB/s" in t for t in labels)
     assert any("hollow" in t for t in labels)
     assert any(f"REPLAYED from run(s) {run.run_id}" in t.get_text() for t in fig.texts)
-    numbers = dict(zip(frame["variant"], frame["number"]))
+    numbers = dict(zip(frame["step"], frame["number"]))
     annotations = [c.get_text() for a in fig.axes for c in a.texts]
     assert str(numbers["tiled"]) in annotations and str(numbers["cudnn-tf32"]) in annotations
     assert numbers["tiled"] == "03" and numbers["cudnn"] == "V1"  # chapter numbers; the library's are V1, V2
@@ -508,10 +508,10 @@ def test_no_two_roofline_steps_share_a_colour_and_marker():
 def test_a_point_above_its_roof_gets_a_note_and_the_reason():
     import pandas as pd
 
-    frame = pd.DataFrame([{"number": "09", "variant": "winograd", "layer": "B1", "batch": 1, "flops": 1.0,
+    frame = pd.DataFrame([{"number": "09", "step": "winograd", "layer": "B1", "batch": 1, "flops": 1.0,
                            "op_time_ms": 1.0, "gflops": 60000.0, "intensity": 500.0, "bytes": 1.0,
                            "bytes_source": "dram (ncu)", "provenance": "", "replayed": True, "run_id": "r"},
-                          {"number": "07", "variant": "tf32", "layer": "B1", "batch": 1, "flops": 1.0,
+                          {"number": "07", "step": "tf32", "layer": "B1", "batch": 1, "flops": 1.0,
                            "op_time_ms": 1.0, "gflops": 60000.0, "intensity": 500.0, "bytes": 1.0,
                            "bytes_source": "dram (ncu)", "provenance": "", "replayed": True, "run_id": "r"}])
     notes = roofline.above_roofs(frame, CEILINGS, {"winograd": "fp32", "tf32": "tf32"})
@@ -619,8 +619,8 @@ def test_a_split_step_is_judged_against_its_own_units_roof():
 
     row = {"layer": "B1", "batch": 1, "flops": 1.0, "op_time_ms": 1.0, "gflops": 250000.0, "intensity": 500.0,
            "bytes": 1.0, "bytes_source": "dram (ncu)", "provenance": "", "replayed": True, "run_id": "r"}
-    frame = pd.DataFrame([{**row, "number": "14", "variant": "hopper-split"},
-                          {**row, "number": "V1", "variant": "cudnn-tf32"}])
+    frame = pd.DataFrame([{**row, "number": "14", "step": "hopper-split"},
+                          {**row, "number": "V1", "step": "cudnn-tf32"}])
     notes = roofline.above_roofs(frame, CEILINGS, {"hopper-split": "tf32+2xbf16"})
     assert len(notes) == 1 and "14 (hopper-split" in notes[0] and "TF32" in notes[0]
 
@@ -664,8 +664,8 @@ def test_rows_of_an_older_compiler_report_built_for_another_kernel_are_not_shown
     from kernelbook.evidence import compiler
     from kernelbook.mlp import STUDY
 
-    def chapter(variant):
-        return SimpleNamespace(study=STUDY, variant=variant, case_params=lambda: {}, parameters={})
+    def chapter(step):
+        return SimpleNamespace(study=STUDY, slug=step, case_params=lambda: {}, parameters={})
 
     old = [{"layer": case, "kernel": "fusedTensorCoreHalfKernel", "metric": "registers", "value": 1.0}
            for case in STUDY.cases]
@@ -689,7 +689,7 @@ def test_no_recorded_step_beats_its_floor(study_module):
 
     from kernelbook.evidence.ceilings import ceilings_for
     from kernelbook.evidence.floor import floor_ms, step_math
-    from kernelbook.report import ANY_BATCH, find_record
+    from kernelbook.report import ANY_SIZE, find_record
     from kernelbook.stepdata import load_recorded
     from kernelbook.summary import evaluate_targets
 
@@ -700,7 +700,7 @@ def test_no_recorded_step_beats_its_floor(study_module):
             continue
         chapter = load_recorded(study, t["best"][0])
         for case in t.get("cases") or [t["case"]]:
-            rec = find_record(chapter.records, study.time_metric, case, t["size"] if t.get("size") else ANY_BATCH)
+            rec = find_record(chapter.records, study.time_metric, case, t["size"] if t.get("size") else ANY_SIZE)
             floor = floor_ms(study.problem(case, rec["size"]), ceilings_for(t["best"][2]), step_math(chapter, case))
             if floor is not None:
                 checked += 1

@@ -18,7 +18,7 @@ from kernelbook import cli, gpu, limits, paths, results
 from kernelbook.batch import LOCK_NAME, BatchError, run_batch
 from kernelbook.chapter import run_chapter
 from kernelbook.errors import GPUUnavailable, LaunchLimitError, ParameterError, ResultsError
-from kernelbook.lenet import STUDY, get_variant, layer_shape
+from kernelbook.lenet import STUDY, get_step, layer_shape
 
 from conftest import DEVICE, fabricate_chapter
 
@@ -194,7 +194,7 @@ def test_an_output_folder_that_cannot_be_written_is_a_clear_error(tmp_path, no_g
     ("wgmma-final", {"threads": 1024, "min_blocks": 4}, "registers per thread"),
 ])
 def test_launch_limits_are_checked_before_any_launch(step, params, words):
-    impl = get_variant(step)
+    impl = get_step(step)
     with pytest.raises(LaunchLimitError, match=words):
         impl.validate(layer_shape("C1", 10), impl.params(**params))
 
@@ -202,7 +202,7 @@ def test_launch_limits_are_checked_before_any_launch(step, params, words):
 def test_tensor_core_steps_need_the_compute_capability(monkeypatch):
     old = limits.DeviceLimits(name="Old GPU", compute_capability=(7, 5))
     monkeypatch.setattr(limits, "current", lambda: old)
-    impl = get_variant("tensor-cores")
+    impl = get_step("tensor-cores")
     with pytest.raises(LaunchLimitError, match="compute capability 8.0"):
         impl.validate(layer_shape("C3", 10), impl.params(precision="tf32"))
 

@@ -42,9 +42,9 @@ def sass_counts(cubin) -> dict[str, collections.Counter]:
     return counts
 
 
-def collect(study, variant: str, case_params: dict) -> list[dict]:
+def collect(study, step: str, case_params: dict) -> list[dict]:
     """Compile each case's configuration with nvcc and describe every kernel in it."""
-    impl = study.impl(variant)
+    impl = study.impl(step)
     records = []
     built = {}
     for case in study.cases:
@@ -64,9 +64,9 @@ def collect(study, variant: str, case_params: dict) -> list[dict]:
             base = {"kernel": fn.name, "source": source, "built_for": study.size_of(case, 1)}
             for metric in ("registers", "shared_bytes", "constant_bytes", "stack_frame_bytes",
                            "spill_store_bytes", "spill_load_bytes"):
-                records.append(results.record(study.name, variant, case, None, metric, getattr(fn, metric), **base))
+                records.append(results.record(study.name, step, case, None, metric, getattr(fn, metric), **base))
             for opcode, count in sorted(sass.get(fn.name, {}).items()):
-                records.append(results.record(study.name, variant, case, None, f"sass_{opcode}", count, **base))
+                records.append(results.record(study.name, step, case, None, f"sass_{opcode}", count, **base))
     return records
 
 
@@ -78,14 +78,14 @@ def for_chapter(chapter) -> session_mod.Recording:
     run = chapter.session.run
 
     def measure() -> session_mod.Measurement:
-        return session_mod.Measurement(collect(study, chapter.variant, case_params))
+        return session_mod.Measurement(collect(study, chapter.slug, case_params))
 
     def available() -> tuple[bool, str]:
         return (True, "") if shutil.which("nvcc") or shutil.which("nvcc", path="/usr/local/cuda/bin") else (
             False, "nvcc is not installed here, so the compiler report shows the recording")
 
     mode = "measure" if chapter.session.measuring else "replay"
-    return session_mod.recorded(study.part(chapter.variant, "compiler"), study.name, measure, available=available,
+    return session_mod.recorded(study.part(chapter.slug, "compiler"), study.name, measure, available=available,
                                 parameters={study.case_params_name: chapter.parameters.get(study.case_params_name) or {},
                                             "sass": cuobjdump_path() is not None},
                                 mode=mode, run_id=run.run_id if mode == "measure" else None, prefer_run=run.run_id,
@@ -107,7 +107,7 @@ def stale_cases(chapter, records: list[dict]) -> list[str]:
     """Cases whose recorded rows describe another build than the case runs now: rows built for
     another size (``built_for``; recordings made before the report compiled each case at its own size
     carry none and were built for one item), where that size builds another kernel or other defines."""
-    study, impl = chapter.study, chapter.study.impl(chapter.variant)
+    study, impl = chapter.study, chapter.study.impl(chapter.slug)
     case_params = chapter.case_params()
     stale = []
     built = {r["layer"]: r.get("built_for") for r in records if r.get("built_for") != study.size_of(r["layer"], 1)}
@@ -127,7 +127,7 @@ def launched(chapter, records: list[dict], stale: list[str] | None = None) -> li
     """Only the kernels the chapter's step launches for each case (a recording made before this
     filter existed may hold the never-launched stubs of other paths), and none of a stale case
     (``stale``: ``stale_cases`` of these records, when the caller has it already)."""
-    impl = chapter.study.impl(chapter.variant)
+    impl = chapter.study.impl(chapter.slug)
     case_params = chapter.case_params()
     keep = {}
     cases = chapter.study.cases
@@ -167,7 +167,7 @@ def table(found: session_mod.Recording, chapter=None):
     tall = wide.T
     tall.columns = [f"{kernel} ({layer})" for kernel, layer in tall.columns]
     tall.insert(0, "ptxas / SASS", [c.replace("sass_", "") for c in tall.index])
-    arch = (getattr(chapter.study.impl(chapter.variant), "arch", None) if chapter is not None else None) or "sm_90"
+    arch = (getattr(chapter.study.impl(chapter.slug), "arch", None) if chapter is not None else None) or "sm_90"
     note = "" if any(c.startswith("sass_") for c in frame["metric"]) else " (no SASS: cuobjdump was not installed where this was recorded)"
     return styled(tall.reset_index(drop=True), f"ptxas report (registers per thread, shared memory and spills in "
                                                f"bytes) and static SASS instruction counts per kernel and case, "

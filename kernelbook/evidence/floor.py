@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..report import ANY_BATCH, format_ms, record_value, styled
+from ..report import ANY_SIZE, format_ms, record_value, styled
 from .ceilings import Ceilings, ceilings_for
 from .datasheet import limits
 from .tools import NOT_RECORDED
@@ -59,14 +59,14 @@ def floor_ms(problem, ceilings, math: str = "fp32", device=None) -> float | None
     return max(problem.min_bytes / (bandwidth * 1e9), problem.flops * cost / (speed * 1e9)) * 1e3
 
 
-def vendor_math(variant: str) -> str:
-    """The unit a vendor-library variant runs on, from its name (cudnn-tf32, pytorch-fp16, ...)."""
-    return "tf32" if "tf32" in variant else "fp16" if "fp16" in variant else "fp32"
+def vendor_math(name: str) -> str:
+    """The unit a vendor-library row runs on, from its name (cudnn-tf32, pytorch-fp16, ...)."""
+    return "tf32" if "tf32" in name else "fp16" if "fp16" in name else "fp32"
 
 
 def step_math(chapter, case: str) -> str:
     """The unit the chapter's step runs ``case`` on (decided by the shape; one image is enough)."""
-    impl = chapter.study.impl(chapter.variant)
+    impl = chapter.study.impl(chapter.slug)
     return impl.math_for(impl.params(**chapter.case_params().get(case, {})), chapter.study.problem(case, 1))
 
 
@@ -81,14 +81,14 @@ def _own_ceilings(chapter, default):
 
 def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], size: int | None,
                 vendor_run: str | None = None):
-    """Every step's time at ``size`` per case: rate, floor, % of floor, ratio to each vendor variant.
+    """Every step's time at ``size`` per case: rate, floor, % of floor, ratio to each vendor row.
 
     ``chapters`` maps a step to its Chapter (or None: shown as not recorded). ``size`` None: each
     case at its own size (studies whose cases fix their size, like the MLP's test cases). A step's
     floor comes from the ceilings of its own run when that run holds them (else ``ceilings``); a
     ratio to the library from another run than ``vendor_run`` is marked with a dagger.
     """
-    at = ANY_BATCH if size is None else size
+    at = ANY_SIZE if size is None else size
     import pandas as pd
 
     metric = study.time_metric
@@ -97,23 +97,23 @@ def floor_frame(study, chapters: dict, ceilings, vendor_records: list[dict], siz
                 ch.recording.short_label if ch is not None else NOT_RECORDED, ch) for v, ch in chapters.items()]
     for v in vendors:
         entries.append((v, [r for r in vendor_records if r["step"] == v], "vendor library", None))
-    owns = {variant: _own_ceilings(chapter, ceilings) for variant, _, _, chapter in entries}   # read once per run
+    owns = {step: _own_ceilings(chapter, ceilings) for step, _, _, chapter in entries}   # read once per run
     rows = []
     for case in study.cases:
         if not any(record_value(records, metric, case, at) is not None for _, records, _, _ in entries if records):
             continue  # nothing was timed for this case: no rows of dashes
         problem = study.problem(case, None if size is None else size)
-        for variant, records, where, chapter in entries:
+        for step, records, where, chapter in entries:
             op = record_value(records, metric, case, at) if records is not None else None
-            math = step_math(chapter, case) if chapter is not None else vendor_math(variant)
-            own = owns[variant]
+            math = step_math(chapter, case) if chapter is not None else vendor_math(step)
+            own = owns[step]
             floor = floor_ms(problem, own, math)
             fp32_floor = floor_ms(problem, own)
             other_run = (vendor_run is not None and chapter is not None and chapter.session is not None
                          and chapter.session.run.run_id != vendor_run)
             failed = chapter is not None and not chapter.correct
             # The comparison first (time, % of floor, against the library), the inputs to it after.
-            row = {study.case_header: case, "Step": variant,
+            row = {study.case_header: case, "Step": step,
                    "Time": format_ms(op) if op is not None else ("FAILED check" if failed else
                                                                   NOT_RECORDED if records is None else "–"),
                    "% of its floor": f"{floor / op * 100:.1f} %" if op and floor else "–"}

@@ -21,7 +21,7 @@ from .tools import (NOT_RECORDED, ProfilerUnavailable, _run, _tail, classify_fai
 NCU_TIMEOUT_S = 300
 
 
-def ncu_command(ncu: str, study, variant: str, case_params: dict, size: int, cases: Iterable[str],
+def ncu_command(ncu: str, study, step: str, case_params: dict, size: int, cases: Iterable[str],
                 metrics: Iterable[str], nvtx: bool = True) -> list[str]:
     """The exact command: one ncu process over the step's cases, raw page as CSV on stdout."""
     cases = list(cases)
@@ -30,8 +30,8 @@ def ncu_command(ncu: str, study, variant: str, case_params: dict, size: int, cas
     if nvtx:
         cmd += ["--nvtx"]
         for case in cases:  # push/pop ranges are matched with a trailing '/'; several includes OR
-            cmd += ["--nvtx-include", f"{range_name(variant, case)}/"]
-    return cmd + target_command(study, variant, case_params, size, cases)
+            cmd += ["--nvtx-include", f"{range_name(step, case)}/"]
+    return cmd + target_command(study, step, case_params, size, cases)
 
 
 def _unknown_metrics(output: str, requested: list[str]) -> list[str]:
@@ -42,9 +42,9 @@ def _unknown_metrics(output: str, requested: list[str]) -> list[str]:
     return sorted(set(bad))
 
 
-def _ncu_once(ncu, study, variant, case_params, size, cases, metrics, nvtx, timeout):
+def _ncu_once(ncu, study, step, case_params, size, cases, metrics, nvtx, timeout):
     """One ncu process; drops metrics the tool rejects and retries once."""
-    cmd = ncu_command(ncu, study, variant, case_params, size, cases, metrics, nvtx)
+    cmd = ncu_command(ncu, study, step, case_params, size, cases, metrics, nvtx)
     rc, out, err = _run(cmd, timeout)
     both = out + "\n" + err
     why = classify_failure(both)
@@ -55,19 +55,19 @@ def _ncu_once(ncu, study, variant, case_params, size, cases, metrics, nvtx, time
     rejected = _unknown_metrics(both, list(metrics)) if rc != 0 or "==ERROR==" in both else []
     if rejected:
         metrics = [m for m in metrics if m not in rejected]
-        cmd = ncu_command(ncu, study, variant, case_params, size, cases, metrics, nvtx)
+        cmd = ncu_command(ncu, study, step, case_params, size, cases, metrics, nvtx)
         rc, out, err = _run(cmd, timeout)
         both = out + "\n" + err
     if rc != 0 and '"ID"' not in out:
-        raise ProfilerUnavailable(f"ncu exited with status {rc} for {variant}:\n{_tail(both, 20)}",
+        raise ProfilerUnavailable(f"ncu exited with status {rc} for {step}:\n{_tail(both, 20)}",
                                   "read the log above; the target is `python -m kernelbook.evidence.target`, "
                                   "which can be run alone to reproduce.")
     return cmd, out, both, rejected
 
 
-def run_ncu(study, variant: str, case_params: dict | None = None, size: int | None = None,
+def run_ncu(study, step: str, case_params: dict | None = None, size: int | None = None,
             cases: Iterable[str] | None = None, timeout: float = NCU_TIMEOUT_S) -> tuple[list[dict], dict]:
-    """Profile ``variant`` with Nsight Compute: every kernel it launches for each layer at ``batch``.
+    """Profile ``step`` with Nsight Compute: every kernel it launches for each layer at ``size``.
 
     One ncu process covers the layers; kernels are attributed to layers by NVTX range. When that
     fails (the filter profiled nothing, or a kernel has no range), one ncu process per layer
@@ -75,8 +75,8 @@ def run_ncu(study, variant: str, case_params: dict | None = None, size: int | No
     ``(records, extra)``; ``extra`` keeps the per-kernel rows, the command and what was missing.
     Raises ``ProfilerUnavailable`` when ncu is missing or cannot read counters.
     """
-    impl = study.impl(variant)
-    batch = size or study.profile_size
+    impl = study.impl(step)
+    size = size or study.profile_size
     layers = list(cases or study.cases)
     per_layer = {layer: impl.params(**((case_params or {}).get(layer) or {})) for layer in layers}
     ncu = ncu_path()
@@ -85,36 +85,36 @@ def run_ncu(study, variant: str, case_params: dict | None = None, size: int | No
                                   "install Nsight Compute or add its folder to PATH; the book shows the recorded evidence.")
     available = available_metrics(ncu)
     requested, chosen, missing = resolve_metrics(available)
-    cmd, out, log, rejected = _ncu_once(ncu, study, variant, per_layer, batch, layers, requested, True, timeout)
+    cmd, out, log, rejected = _ncu_once(ncu, study, step, per_layer, size, layers, requested, True, timeout)
     commands = [cmd]
     chosen = {k: v for k, v in chosen.items() if not set(v) & set(rejected)}
     missing = sorted(set(missing) | (set(SPECS) - set(chosen)))
     attribution = "nvtx"
     try:
-        records, kernels = records_from_csv(out, study.name, impl.slug, batch, chosen, layers)
+        records, kernels = records_from_csv(out, study.name, impl.slug, size, chosen, layers)
         if not kernels:
             raise ProfilerUnavailable("the NVTX filter profiled no kernel.", "fall back to one run per layer.")
     except ProfilerUnavailable:
         attribution = "one ncu run per layer"
         records, kernels, logs = [], [], []
         for layer in layers:
-            cmd, out, log_one, _ = _ncu_once(ncu, study, variant, {layer: per_layer[layer]}, batch, [layer],
+            cmd, out, log_one, _ = _ncu_once(ncu, study, step, {layer: per_layer[layer]}, size, [layer],
                                              [m for m in requested if m not in rejected], False, timeout)
             commands.append(cmd)
             logs.append(log_one)
-            recs, ks = records_from_csv(out, study.name, impl.slug, batch, chosen, [layer], only_layer=layer)
+            recs, ks = records_from_csv(out, study.name, impl.slug, size, chosen, [layer], only_layer=layer)
             records += recs
             kernels += ks
         log = "\n".join(logs)
         if not kernels:
-            raise ProfilerUnavailable(f"ncu profiled no kernel of {variant}.\n{_tail(log, 20)}",
+            raise ProfilerUnavailable(f"ncu profiled no kernel of {step}.\n{_tail(log, 20)}",
                                       "run the target command (extra['commands']) alone to see whether it launches anything.")
     for r in records:  # a case that fixes its own size (an MLP test case) is recorded at that size
-        r["size"] = study.size_of(r["layer"], batch)
+        r["size"] = study.size_of(r["layer"], size)
     extra = {"kernels": kernels, "requested_metrics": requested, "chosen": {k: list(v) for k, v in chosen.items()},
              "missing_metrics": missing, "rejected_metrics": rejected, "metric_list": available is not None,
              "commands": [" ".join(c) for c in commands], "attribution": attribution,
-             "ncu_version": ncu_version(ncu), "batch": batch, "layer_params": per_layer, "log_tail": _tail(log, 30)}
+             "ncu_version": ncu_version(ncu), "size": size, "layer_params": per_layer, "log_tail": _tail(log, 30)}
     return records, extra
 
 
@@ -127,9 +127,9 @@ def _frame(records: list[dict]):
     return pd.DataFrame([{k: v for k, v in r.items() if k != "samples"} for r in records])
 
 
-def load_ncu(study, variant: str, prefer_run: str | None = None) -> session_mod.Recording:
+def load_ncu(study, step: str, prefer_run: str | None = None) -> session_mod.Recording:
     """A step's recorded Nsight Compute part (from ``prefer_run`` when it has it, else the newest)."""
-    return session_mod.replayed(study.part(variant, "ncu"), study.name, prefer_run)
+    return session_mod.replayed(study.part(step, "ncu"), study.name, prefer_run)
 
 
 def for_chapter(chapter, profile: bool = True, size: int | None = None,
@@ -141,7 +141,7 @@ def for_chapter(chapter, profile: bool = True, size: int | None = None,
     size = size or study.profile_size
     run = chapter.session.run
     case_params = chapter.case_params()
-    parameters = {"variant": chapter.variant, "batch": size, study.case_params_name: case_params}
+    parameters = {"step": chapter.slug, "size": size, study.case_params_name: case_params}
 
     def available() -> tuple[bool, str]:
         if not profiling_enabled(profile):
@@ -153,16 +153,16 @@ def for_chapter(chapter, profile: bool = True, size: int | None = None,
         return True, ""
 
     def measure() -> session_mod.Measurement:
-        records, extra = run_ncu(study, chapter.variant, case_params, size, study.profile_cases or study.cases, timeout)
+        records, extra = run_ncu(study, chapter.slug, case_params, size, study.profile_cases or study.cases, timeout)
         return session_mod.Measurement(records, [], extra)
 
     mode = "measure" if chapter.session.measuring else "replay"
     try:
-        found = session_mod.recorded(study.part(chapter.variant, "ncu"), study.name, measure, parameters=parameters,
+        found = session_mod.recorded(study.part(chapter.slug, "ncu"), study.name, measure, parameters=parameters,
                                      mode=mode, run_id=run.run_id if mode == "measure" else None,
                                      prefer_run=run.run_id, available=available, required=False, compare={})
     except ProfilerUnavailable as exc:
-        found = load_ncu(study, chapter.variant, prefer_run=run.run_id)
+        found = load_ncu(study, chapter.slug, prefer_run=run.run_id)
         found.status = f"Nsight Compute could not profile here: {exc.message} {found.status}".strip()
     if found.measuring:
         missing = found.extra.get("missing_metrics") or []
@@ -212,15 +212,15 @@ def _steps(chapter, evidence: session_mod.Recording | None = None) -> dict:
     """{role: (slug, session, records)} for the baseline, the previous step and this step."""
     run_id = chapter.session.run.run_id
     steps = {}
-    previous = chapter.study.steps.previous(chapter.variant)
+    previous = chapter.study.steps.previous(chapter.slug)
     for role, step in (("baseline", chapter.study.steps.baseline), ("previous step", previous)):
-        if step and step.slug != chapter.variant and all(step.slug != s for s, _, _ in steps.values()):
+        if step and step.slug != chapter.slug and all(step.slug != s for s, _, _ in steps.values()):
             found = load_ncu(chapter.study, step.slug, prefer_run=run_id)
             if found.found:
                 steps[role] = (step.slug, found.session, found.records)
-    found = evidence if evidence is not None else load_ncu(chapter.study, chapter.variant, prefer_run=run_id)
+    found = evidence if evidence is not None else load_ncu(chapter.study, chapter.slug, prefer_run=run_id)
     if found.found:
-        steps["this step"] = (chapter.variant, found.session, found.records)
+        steps["this step"] = (chapter.slug, found.session, found.records)
     return steps
 
 
@@ -259,7 +259,7 @@ def ncu_comparison(chapter, evidence: session_mod.Recording | None = None, metri
     step and the baseline (each from the chapter's run when it holds them, else its newest)."""
     steps = _steps(chapter, evidence)
     if "this step" not in steps:
-        return message_table(f"No Nsight Compute metrics recorded for {chapter.variant} ({NOT_RECORDED}).",
+        return message_table(f"No Nsight Compute metrics recorded for {chapter.slug} ({NOT_RECORDED}).",
                              "Nsight Compute")
     frame = comparison_frame(steps, chapter.study.cases, metrics, chapter.study.case_header)
     size = next((r["size"] for r in steps["this step"][2] if r.get("size")), chapter.study.profile_size)
@@ -297,7 +297,7 @@ def stall_table(chapter, evidence: session_mod.Recording | None = None):
     """Top warp-stall reasons per case: cycles a warp spends stalled per issued instruction."""
     steps = _steps(chapter, evidence)
     if "this step" not in steps:
-        return message_table(f"No warp-stall reasons recorded for {chapter.variant} ({NOT_RECORDED}).",
+        return message_table(f"No warp-stall reasons recorded for {chapter.slug} ({NOT_RECORDED}).",
                              "Warp stalls")
     return styled(stall_frame(steps, chapter.study.cases, chapter.study.case_header),
                   f"Top warp-stall reasons (warp cycles stalled per issued instruction, #rank within the step). "
@@ -321,7 +321,7 @@ def show_chapter(chapter, profile: bool = True, size: int | None = None) -> sess
 OVERVIEW_STEPS = 6
 
 
-def ncu_overview(study, variants: Iterable[str] | None = None, prefer_run: str | None = None,
+def ncu_overview(study, steps: Iterable[str] | None = None, prefer_run: str | None = None,
                  metrics: Iterable[str] = COMPARED):
     """Every recorded step's metrics side by side: rows (layer, metric), a column per step.
 
@@ -329,11 +329,11 @@ def ncu_overview(study, variants: Iterable[str] | None = None, prefer_run: str |
     per step would bury the ones that are)."""
     import pandas as pd
 
-    variants = list(variants or study.steps.slugs())
-    loaded = {v: load_ncu(study, v, prefer_run=prefer_run) for v in variants}
+    steps = list(steps or study.steps.slugs())
+    loaded = {v: load_ncu(study, v, prefer_run=prefer_run) for v in steps}
     found = {v: (f.session, f.records) for v, f in loaded.items()}
     recorded = {v: f for v, f in found.items() if f[0] is not None}
-    absent = [v for v in variants if v not in recorded]
+    absent = [v for v in steps if v not in recorded]
     if not recorded:
         return message_table(f"No Nsight Compute metrics are recorded for any step ({NOT_RECORDED}).",
                               "Nsight Compute, every step")

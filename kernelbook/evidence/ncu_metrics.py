@@ -289,7 +289,7 @@ _RANGE = re.compile(r"kb:([^:\s\"/]+):([^:\s\"/]+)")
 
 
 def kernel_range(row: dict, nvtx_columns: list[str]) -> tuple[str, str] | None:
-    """(variant, layer) of the innermost ``kb:<variant>:<layer>`` range around a kernel."""
+    """(step, layer) of the innermost ``kb:<step>:<layer>`` range around a kernel."""
     for column in nvtx_columns:
         found = _RANGE.findall(row.get(column) or "")
         if found:
@@ -350,7 +350,7 @@ def top_stalls(agg: dict[str, float | None], n: int = TOP_STALLS) -> list[tuple[
     return sorted(stalls, key=lambda item: -item[1])[:n]
 
 
-def layer_records(study: str, variant: str, layer: str, batch: int, kernels: list[dict],
+def layer_records(study: str, step: str, layer: str, size: int, kernels: list[dict],
                   chosen: dict[str, tuple[str, ...]]) -> list[dict]:
     """Tidy records of one layer: every metric of ours that was read, the top stalls ranked."""
     agg = aggregate(kernels, [SPECS[name] for name in chosen])
@@ -362,11 +362,11 @@ def layer_records(study: str, variant: str, layer: str, batch: int, kernels: lis
         extra = {"kernel_count": len(kernels), "source": "ncu", "ncu_metric": "+".join(chosen[name])}
         if name.startswith("stall_") and name[len("stall_"):] in ranks:
             extra["stall_rank"] = ranks[name[len("stall_"):]]
-        records.append(results.record(study, variant, layer, batch, name, value, unit=SPECS[name].unit, **extra))
+        records.append(results.record(study, step, layer, size, name, value, unit=SPECS[name].unit, **extra))
     return records
 
 
-def records_from_csv(text: str, study: str, variant: str, batch: int, chosen: dict[str, tuple[str, ...]],
+def records_from_csv(text: str, study: str, step: str, size: int, chosen: dict[str, tuple[str, ...]],
                      layers: Iterable[str], only_layer: str | None = None) -> tuple[list[dict], list[dict]]:
     """Records and per-kernel rows from one ncu CSV.
 
@@ -380,14 +380,14 @@ def records_from_csv(text: str, study: str, variant: str, batch: int, chosen: di
             k["layer"] = only_layer
     unplaced = [k["kernel"] for k in kernels if k["layer"] not in layers]
     if unplaced:
-        raise ProfilerUnavailable(f"{len(unplaced)} profiled kernel(s) carry no kb:{variant}:<layer> NVTX range "
+        raise ProfilerUnavailable(f"{len(unplaced)} profiled kernel(s) carry no kb:{step}:<layer> NVTX range "
                                   f"({', '.join(sorted(set(unplaced))[:3])}).",
                                   "profile one layer per ncu run (done automatically).")
     records = []
     for layer in layers:
         mine = [k for k in kernels if k["layer"] == layer]
         if mine:
-            records += layer_records(study, variant, layer, batch, mine, chosen)
+            records += layer_records(study, step, layer, size, mine, chosen)
     return records, kernels
 
 

@@ -1,6 +1,6 @@
 """The roofline of a study: the device's measured ceilings, every step as a point.
 
-A point's height is what the step achieved (FLOPs / op time at one batch); its position along
+A point's height is what the step achieved (FLOPs / op time at one size); its position along
 the x-axis is its arithmetic intensity, FLOPs per byte of DRAM traffic. The DRAM bytes are the
 ones Nsight Compute counted (``dram_bytes`` of the step's ``-ncu`` part) when they are recorded;
 otherwise the fewest bytes the layer must move (input, weights and output once), which is an
@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ..plots import PALETTE  # (importing plots also sets PNG figures without inline sizes)
-from ..report import ANY_BATCH
+from ..report import ANY_SIZE
 from .ceilings import Ceilings, ceilings_for
 from .floor import UNITS
 from .ncu import load_ncu
@@ -28,7 +28,7 @@ from .vendor import vendor as vendor_recording
 #: Okabe–Ito: distinguishable with every common colour-vision deficiency.
 ROOFS = (("fp32_gflops", "FP32 (CUDA cores)", "-"), ("tf32_tensor_gflops", "TF32 tensor", ":"),
          ("fp16_tensor_gflops", "FP16 tensor", "--"))
-POINT_COLUMNS = ["number", "variant", "layer", "batch", "flops", "op_time_ms", "gflops", "intensity", "bytes",
+POINT_COLUMNS = ["number", "step", "layer", "size", "flops", "op_time_ms", "gflops", "intensity", "bytes",
                  "bytes_source", "provenance", "replayed", "run_id"]
 
 
@@ -36,33 +36,33 @@ def points_from(study, chapters: dict, ncu: dict, vendor_records: list[dict] | N
                 size: int | None = None, vendor_label: str = "", vendor_run_id: str | None = None) -> pd.DataFrame:
     """Roofline points from recorded data (pure: tests feed it fabricated records).
 
-    ``chapters`` maps a variant to its ChapterResult (or None); ``ncu`` maps a variant to its
-    ncu records (possibly empty). Intensity uses the ncu DRAM bytes at the batch they were
-    profiled at (intensity barely depends on the batch), else the fewest bytes at ``batch``.
+    ``chapters`` maps a step to its ChapterResult (or None); ``ncu`` maps a step to its
+    ncu records (possibly empty). Intensity uses the ncu DRAM bytes at the size they were
+    profiled at (intensity barely depends on the size), else the fewest bytes at ``size``.
     """
-    batch = size or (None if study.rows == "cases" else study.profile_size)
-    at = ANY_BATCH if batch is None else batch
+    size = size or (None if study.rows == "cases" else study.profile_size)
+    at = ANY_SIZE if size is None else size
     rows = []
     sources = [(f"{ch.step.number:02d}", v, ch.records, ch.recording.short_label, not ch.session.measuring,
                 ch.session.run.run_id) for v, ch in chapters.items() if ch is not None and ch.correct]
     for i, v in enumerate(dict.fromkeys(r["step"] for r in (vendor_records or [])), start=1):
         sources.append((f"V{i}", v, [r for r in vendor_records if r["step"] == v], vendor_label, True, vendor_run_id))
-    for number, variant, records, provenance, replayed, run_id in sources:
+    for number, step, records, provenance, replayed, run_id in sources:
         for layer in study.cases:
             found = [r for r in records if r["metric"] == study.time_metric and r["layer"] == layer
-                     and (at is ANY_BATCH or r["size"] == at)]
+                     and (at is ANY_SIZE or r["size"] == at)]
             if not found or found[0]["value"] is None:
                 continue
             op, size_here = found[0]["value"], found[0]["size"]
             shape = study.problem(layer, size_here)
-            dram = [r for r in ncu.get(variant) or [] if r["metric"] == "dram_bytes" and r["layer"] == layer
+            dram = [r for r in ncu.get(step) or [] if r["metric"] == "dram_bytes" and r["layer"] == layer
                     and r["value"]]
             if dram:
                 profiled = study.problem(layer, dram[0].get("size") or size_here)
                 intensity, nbytes, source = profiled.flops / dram[0]["value"], dram[0]["value"], "dram (ncu)"
             else:
                 intensity, nbytes, source = shape.flops / shape.min_bytes, shape.min_bytes, "fewest bytes"
-            rows.append({"number": number, "variant": variant, "layer": layer, "batch": size_here, "flops": shape.flops,
+            rows.append({"number": number, "step": step, "layer": layer, "size": size_here, "flops": shape.flops,
                          "op_time_ms": op, "gflops": shape.flops / (op / 1e3) / 1e9, "intensity": intensity,
                          "bytes": nbytes, "bytes_source": source, "provenance": provenance, "replayed": replayed,
                          "run_id": run_id})
@@ -128,8 +128,8 @@ def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> lis
         x, y = p["intensity"], p["gflops"]
         if not (x and y and math.isfinite(x)):
             continue
-        who = f"{p['number']} ({p['variant']}, {p['layer']})"
-        kind = maths.get((p["variant"], p["layer"]), maths.get(p["variant"]))
+        who = f"{p['number']} ({p['step']}, {p['layer']})"
+        kind = maths.get((p["step"], p["layer"]), maths.get(p["step"]))
         unit = (kind or "").partition("*")[0]
         metric = UNITS.get(unit, (None,))[0]   # the roof of the step's unit (floor.UNITS)
         if metric is None:  # a library row, or a step whose unit is not known here
@@ -180,9 +180,9 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     values = ceilings.values if isinstance(ceilings, Ceilings) else dict(ceilings or {})
     have = frame[frame["intensity"].notna() & (frame["gflops"] > 0)] if not frame.empty else frame
     cases = list(dict.fromkeys(have["layer"])) if not have.empty else [None]
-    variants = list(dict.fromkeys(have["variant"])) if not have.empty else []
+    steps = list(dict.fromkeys(have["step"])) if not have.empty else []
     notes = above_roofs(have, ceilings, maths) if not have.empty else []
-    key_rows = (len(variants) + len(ROOFS) + 2 + 1) // 2
+    key_rows = (len(steps) + len(ROOFS) + 2 + 1) // 2
     key_height = 0.21 * key_rows + 0.55  # inches under the panels for the key and the provenance line
     height = 5.0 * len(cases) + key_height
     fig, axes = plt.subplots(len(cases), 1, figsize=(7.5, height), dpi=110, squeeze=False)
@@ -194,8 +194,8 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     heights = list(have["gflops"]) if not have.empty else []
     heights += [v for m, _, _ in ROOFS if (v := values.get(m))] + ([bandwidth * lo] if bandwidth else [])
-    styles = {v: step_style(i) for i, v in enumerate(variants)}
-    batch = int(have["batch"].iloc[0]) if not have.empty else 0
+    styles = {v: step_style(i) for i, v in enumerate(steps)}
+    size = int(have["size"].iloc[0]) if not have.empty else 0
     labels_of: dict = {}
     for ax, case in zip(axes, cases):
         if bandwidth:
@@ -213,25 +213,25 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
         ax.set_xlim(lo, hi)
         ax.set_ylim(*(min(heights) / 3, max(heights) * 3) if heights else (1, 1e6))
         mine = have[have["layer"] == case] if case is not None else have
-        for variant in variants:
-            color, marker = styles[variant]
-            for _, p in mine[mine["variant"] == variant].iterrows():
+        for step in steps:
+            color, marker = styles[step]
+            for _, p in mine[mine["step"] == step].iterrows():
                 hollow = p["bytes_source"] != "dram (ncu)"
                 ax.scatter([p["intensity"]], [p["gflops"]], s=70, marker=marker,
                            facecolors="none" if hollow else color, edgecolors=color, linewidths=1.6, zorder=3)
-        labels_of[id(ax)] = [(p["intensity"], p["gflops"], str(p["number"]), styles[p["variant"]][0])
+        labels_of[id(ax)] = [(p["intensity"], p["gflops"], str(p["number"]), styles[p["step"]][0])
                              for _, p in mine.sort_values("gflops", ascending=False).iterrows()]
         ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
         ax.set_ylabel("achieved GFLOP/s (FLOPs / op time)")
         where = f"case {case}" if case is not None else ""
-        ax.set_title(", ".join(t for t in (title or f"Roofline of the steps at size {batch}", where) if t),
+        ax.set_title(", ".join(t for t in (title or f"Roofline of the steps at size {size}", where) if t),
                      fontsize=11)
         ax.grid(True, which="both", alpha=0.25)
     ax = axes[0]
-    for variant in variants:
-        color, marker = styles[variant]
+    for step in steps:
+        color, marker = styles[step]
         ax.scatter([], [], marker=marker, color=color,
-                   label=f"{have[have['variant'] == variant]['number'].iloc[0]} {variant}")
+                   label=f"{have[have['step'] == step]['number'].iloc[0]} {step}")
     ax.scatter([], [], marker="o", facecolors="none", edgecolors="0.3",
                label="hollow: fewest bytes (no ncu DRAM bytes)")
     if not values:
@@ -280,14 +280,14 @@ def for_page(study, size: int | None = None, prefer_run: str | None = None, foun
     return roofline(frame, found_ceilings, title=title)
 
 
-def point_table(frame: pd.DataFrame):
+def point_table(frame: pd.DataFrame, size_header: str = "Size"):
     """The numbers behind the chart."""
     from ..report import format_ms, styled
 
     if frame.empty:
         return styled(pd.DataFrame({"": [f"no step recorded yet ({NOT_RECORDED})"]}), "Roofline points")
     out = pd.DataFrame({
-        "#": frame["number"], "Step": frame["variant"], "Layer": frame["layer"], "Batch": frame["batch"],
+        "#": frame["number"], "Step": frame["step"], "Layer": frame["layer"], size_header: frame["size"],
         "Op time": frame["op_time_ms"].map(format_ms),
         "GFLOP/s": frame["gflops"].map(lambda v: f"{v:,.0f}"),
         "FLOP/byte": frame["intensity"].map(lambda v: f"{v:.2f}" if v and math.isfinite(v) else "–"),

@@ -33,15 +33,15 @@ def parse_sanitizer_summary(text: str) -> dict:
     return summary
 
 
-def sanitizer_command(study, tool: str, variant: str, layer_params: dict, batch: int, layers: Iterable[str],
+def sanitizer_command(study, tool: str, step: str, layer_params: dict, size: int, layers: Iterable[str],
                       sanitizer: str | None = None) -> list[str]:
     return [sanitizer or sanitizer_path() or "compute-sanitizer", "--tool", tool, "--error-exitcode", "1",
-            "--print-limit", "20", *target_command(study, variant, layer_params, batch, layers)]
+            "--print-limit", "20", *target_command(study, step, layer_params, size, layers)]
 
 
-def run_sanitizer(study, tool: str, variant: str, layer_params: dict | None = None, batch: int = SANITIZER_SIZE,
+def run_sanitizer(study, tool: str, step: str, layer_params: dict | None = None, size: int = SANITIZER_SIZE,
                   layers: Iterable[str] | None = None, timeout: float = 600) -> dict:
-    """Run compute-sanitizer ``tool`` (memcheck, racecheck, ...) over one variant's launches.
+    """Run compute-sanitizer ``tool`` (memcheck, racecheck, ...) over one step's launches.
 
     Returns {"errors", "rc", "passed", "command", "log_tail", ...}; raises ``ProfilerUnavailable``
     when compute-sanitizer is missing or cannot use the GPU.
@@ -51,21 +51,21 @@ def run_sanitizer(study, tool: str, variant: str, layer_params: dict | None = No
         raise ProfilerUnavailable("compute-sanitizer is not installed here.",
                                   "install the CUDA toolkit (it ships compute-sanitizer) or add it to PATH.")
     layers = list(layers or study.cases)
-    cmd = sanitizer_command(study, tool, variant, {l: (layer_params or {}).get(l) or {} for l in layers}, batch, layers,
+    cmd = sanitizer_command(study, tool, step, {l: (layer_params or {}).get(l) or {} for l in layers}, size, layers,
                             sanitizer)
     rc, out, err = _run(cmd, timeout)
     text = out + "\n" + err
     summary = parse_sanitizer_summary(text)
     if summary["errors"] is None:
         why = classify_failure(text) or f"it printed no ERROR SUMMARY (exit status {rc})"
-        raise ProfilerUnavailable(f"compute-sanitizer --tool {tool} did not check {variant}: {why}.\n{_tail(text, 12)}",
+        raise ProfilerUnavailable(f"compute-sanitizer --tool {tool} did not check {step}: {why}.\n{_tail(text, 12)}",
                                   "run the command alone on the GPU machine to see why.")
     summary.update(rc=rc, passed=summary["errors"] == 0 and rc == 0, command=" ".join(cmd), log_tail=_tail(text, 30))
     return summary
 
 
-def sanitizer_record(study, tool: str, variant: str, layer: str, batch: int, summary: dict) -> dict:
-    return results.record(study.name, variant, layer, batch, "sanitizer_errors", summary["errors"], unit="errors",
+def sanitizer_record(study, tool: str, step: str, layer: str, size: int, summary: dict) -> dict:
+    return results.record(study.name, step, layer, size, "sanitizer_errors", summary["errors"], unit="errors",
                           tool=tool, rc=summary["rc"], passed=summary["passed"],
                           **{k: summary[k] for k in ("hazards", "hazard_errors", "hazard_warnings") if k in summary})
 
@@ -94,8 +94,8 @@ def sanitizer_table(study, prefer_run: str | None = None):
                 newest[(r["step"], r["layer"], r.get("tool"))] = (r, run.run_id)
     order = {slug: i for i, slug in enumerate(study.steps.slugs())}
     rows: dict = {}
-    for (variant, layer, tool), (r, run_id) in sorted(newest.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):
-        row = rows.setdefault((variant, layer), {"Step": variant, study.case_header: layer})
+    for (step, layer, tool), (r, run_id) in sorted(newest.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):
+        row = rows.setdefault((step, layer), {"Step": step, study.case_header: layer})
         value = r["value"]
         row[tool] = ("did not run" if value is None else
                      "pass (0 errors)" if value == 0 and r.get("passed", True) else

@@ -3,38 +3,52 @@
 Public API::
 
     from kernelbook import lenet
-    y = lenet.conv_forward(x, k, variant="baseline", tile_width=16)   # CuPy arrays, any valid shape
-    lenet.variant_names()                                           # every step, in book order
-    lenet.STUDY                                                     # what the harness is handed
+    y = lenet.conv_forward(x, k, step="baseline", tile_width=16)   # CuPy arrays, any valid shape
+    lenet.step_names()                                             # every step, in book order
+    lenet.STUDY                                                    # what the harness is handed
 """
 
 from __future__ import annotations
 
 from .. import gpu
 from ..errors import ShapeError
+from ..steps import renamed
 from .problem import LAYERS, MAX_BATCH, ConvShape, check_batch, layer_shape
 from .steps import STEPS
-from .variants import ConvVariant
+from .convstep import ConvStep
 
 STUDY_NAME = "lenet"
 
 
-def get_variant(slug: str) -> ConvVariant:
+def get_step(slug: str) -> ConvStep:
     """The implementation of step ``slug`` (an unknown slug is an error listing the valid ones)."""
     return STEPS.impl(slug)
 
 
-def variant_names() -> list[str]:
+def get_variant(slug: str) -> ConvStep:
+    """Deprecated name of ``get_step`` (kept one release)."""
+    return renamed("lenet.get_variant", "lenet.get_step", get_step(slug))
+
+
+def step_names() -> list[str]:
     return STEPS.slugs()
 
 
-def conv_forward(x, k, variant: str = "baseline", out=None, stream=None, **params):
+def variant_names() -> list[str]:
+    """Deprecated name of ``step_names`` (kept one release)."""
+    return renamed("lenet.variant_names", "lenet.step_names", step_names())
+
+
+def conv_forward(x, k, step: str = "baseline", out=None, stream=None, variant: str | None = None, **params):
     """Forward convolution of CuPy arrays x (B,C,H,W) and k (M,C,K,K) with one step's kernel.
 
     Shapes and parameters are validated before anything is launched; ``out`` (optional) must be
-    a float32 C-contiguous CuPy array of shape (B, M, H-K+1, W-K+1).
+    a float32 C-contiguous CuPy array of shape (B, M, H-K+1, W-K+1). (``variant=`` is the
+    deprecated name of ``step=``.)
     """
-    impl = get_variant(variant)
+    if variant is not None:
+        step = renamed("conv_forward(variant=...)", "conv_forward(step=...)", variant)
+    impl = get_step(step)
     merged = impl.params(**params)
     gpu.require("conv_forward")
     import cupy as cp
@@ -57,5 +71,5 @@ def conv_forward(x, k, variant: str = "baseline", out=None, stream=None, **param
 
 from .study import STUDY  # noqa: E402  (the study object needs the functions above)
 
-__all__ = ["ConvShape", "ConvVariant", "LAYERS", "MAX_BATCH", "STEPS", "STUDY", "conv_forward", "get_variant",
-           "layer_shape", "variant_names", "check_batch"]
+__all__ = ["ConvShape", "ConvStep", "LAYERS", "MAX_BATCH", "STEPS", "STUDY", "conv_forward", "get_step",
+           "layer_shape", "step_names", "check_batch"]

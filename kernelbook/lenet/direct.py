@@ -10,7 +10,7 @@ import math
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from .. import limits
 from ..steps import Launch, StepImpl
-from .variants import GRID_YZ_MAX, ConvShape, ConvVariant, ceil_div, int32
+from .convstep import GRID_YZ_MAX, ConvShape, ConvStep, ceil_div, int32
 
 CONST_CAPACITY = 16384         # floats: the 64 KiB constant bank available to user data
 STATIC_SHARED_LIMIT = limits.H100.static_smem_per_block  # bytes a block may use without opting in
@@ -29,7 +29,7 @@ def _positive_int(params: dict, *names: str) -> None:
             raise ParameterError(f"{name}={value!r} must be a positive integer.", f"pass {name} >= 1.")
 
 
-class ConstantMask(ConvVariant):
+class ConstantMask(ConvStep):
     """Shared behaviour of the steps that keep the mask in ``__constant__ float k_const[]``."""
 
     def check_params(self, shape: ConvShape, params: dict) -> None:
@@ -39,7 +39,7 @@ class ConstantMask(ConvVariant):
             raise ShapeError(
                 f"The mask holds M*C*K*K = {size} floats; constant memory holds {CONST_CAPACITY} "
                 f"({CONST_CAPACITY * 4 // 1024} KiB).",
-                "use a variant that reads the mask from global memory (e.g. baseline or tiled "
+                "use a step that reads the mask from global memory (e.g. baseline or tiled "
                 "GEMM steps), or split the output maps into groups that fit.",
             )
         if shape.M > GRID_YZ_MAX:

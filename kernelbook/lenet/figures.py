@@ -22,8 +22,8 @@ def op_time_vs_batch(chapter, step: str | None = None):
     for layer, group in frame.groupby("layer"):
         group = group.sort_values("size")
         ax.plot(group["size"], group["op_time_ms"], "o-", color=LAYER_COLORS.get(layer),
-                label=f"{layer} ({chapter.variant}, this book)")
-    seeds = reported(step or chapter.variant)
+                label=f"{layer} ({chapter.slug}, this book)")
+    seeds = reported(step or chapter.slug)
     # each write-up its own marker (the layer keeps its colour): no two series look alike
     for i, ((seed, gpu, what), group) in enumerate(seeds.groupby(["seed", "gpu", "seed_label"])):
         marker = SEED_MARKERS[i % len(SEED_MARKERS)]
@@ -34,7 +34,7 @@ def op_time_vs_batch(chapter, step: str | None = None):
     ax.set_yscale("log")
     ax.set_xlabel("batch size (images)")
     ax.set_ylabel("op time (ms, median)")
-    ax.set_title(f"{chapter.variant}: op time against batch size")
+    ax.set_title(f"{chapter.slug}: op time against batch size")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: never over a line
     _provenance(ax, chapter)

@@ -6,7 +6,7 @@ from .. import limits
 from ..errors import LaunchLimitError, ParameterError
 from ..steps import Launch, StepImpl, set_once
 from .gemm import STATIC_SMEM_MAX, _check_gemm_indices, _choice_param, _int_param
-from .variants import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
+from .convstep import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvStep, ceil_div, int32
 
 
 # ----------------------------------------------------------------------------- 14
@@ -20,7 +20,7 @@ TENSOR_SMEM_MAX = 112 * 1024 # dynamic shared memory per block of the 3xTF32 ker
 FALLBACK_TILES = {"FB_BM": 16, "FB_BN": 128, "FB_BK": 8, "FB_TM": 4, "FB_TN": 4}
 
 
-class Specialised(ConvVariant):
+class Specialised(ConvStep):
     """Specialised: a direct convolution specialised at compile time for the layer's shape.
 
     Changes: back from GEMM to direct convolution, built for these layers. The shape

@@ -18,7 +18,7 @@ import math
 from ..limits import H100
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..steps import Launch, StepImpl
-from .variants import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvVariant, ceil_div, int32
+from .convstep import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvStep, ceil_div, int32
 
 STATIC_SMEM_MAX = H100.static_smem_per_block  # bytes of static __shared__ per block without an opt-in
 MAX_THREADS = H100.max_threads_per_block
@@ -84,7 +84,7 @@ def _check_workspace_mib(params: dict) -> None:
                          "pass e.g. workspace_mib=512.")
 
 
-class _Chunked(ConvVariant):
+class _Chunked(ConvStep):
     """Steps that materialise the unrolled matrix: the batch goes through in chunks of images.
 
     ``workspace_mib`` bounds the workspace (``None`` = the whole batch in one chunk, which is the
@@ -203,7 +203,7 @@ class UnrollMatmul(_Chunked):
 # ----------------------------------------------------------------------------- 07
 
 
-class FusedUnrollMatmul(ConvVariant):
+class FusedUnrollMatmul(ConvStep):
     """Fused unroll + matmul (implicit GEMM): the GEMM's loader gathers xu from x.
 
     Changes: no unrolled matrix, no permute, no chunking. The x-tile loader turns each
@@ -294,7 +294,7 @@ class CublasMatmul(_Chunked):
 # ----------------------------------------------------------------------------- 09
 
 
-class Fp16(ConvVariant):
+class Fp16(ConvStep):
     """FP16 arithmetic: step 07's fused kernel with __half2 tiles and __hfma2.
 
     Changes: tiles are stored as __half2 pairs along the reduction (half the shared memory),

@@ -9,7 +9,7 @@ from typing import ClassVar
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..limits import H100, check_launch, check_launch_bounds
 from ..steps import Launch, StepImpl
-from .variants import (INT32_MAX, ConvShape, ConvVariant, ceil_div, generic_plan, int32,
+from .convstep import (INT32_MAX, ConvShape, ConvStep, ceil_div, generic_plan, int32,
                        persistent_launches)
 
 HOPPER_MAX_K = 7                # the 8-column window holds both output offsets only for K <= 7
@@ -29,7 +29,7 @@ AUTO = {
 }
 
 
-class HopperFinal(ConvVariant):
+class HopperFinal(ConvStep):
     """Hopper final: FP16 hi/lo split on mma.sync, weights as a Toeplitz B operand, persistent grid.
 
     Changes from ``final`` (step 14): one kernel for both layers, on tensor cores. Output pairs

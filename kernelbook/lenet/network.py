@@ -1,4 +1,4 @@
-"""The LeNet-86 forward pass on the GPU: the two convolutions use a kernel variant, the rest
+"""The LeNet-86 forward pass on the GPU: the two convolutions use a step's kernels, the rest
 (ReLU, pooling, the fully connected layers, argmax) runs in CuPy.
 
     1x86x86 -> C1 conv 4@7x7 (no bias) -> ReLU -> max-pool 2 -> 4x40x40
@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import conv_forward, get_variant
+from ..steps import renamed
+from . import conv_forward, get_step
 from .weights import LeNetWeights
 
 
@@ -31,22 +32,27 @@ def max_pool(x, size: int):
 
 @dataclass
 class GpuLeNet:
-    """Weights on the device once; ``variant`` and its parameters choose the conv kernels.
+    """Weights on the device once; ``step`` and its parameters choose the conv kernels (``variant``
+    is its deprecated name, kept one release).
 
     ``layer_params`` may give ``C1`` or ``C3`` parameters of their own (e.g. the best block
     shape per layer found by a sweep); otherwise ``params`` applies to both.
     """
 
     weights: LeNetWeights
-    variant: str = "baseline"
+    step: str = "baseline"
     params: dict = field(default_factory=dict)
     layer_params: dict = field(default_factory=dict)
+    variant: str | None = None
 
     def __post_init__(self) -> None:
         import cupy as cp
 
+        if self.variant is not None:
+            self.step, self.variant = renamed("GpuLeNet(variant=...)", "GpuLeNet(step=...)", self.variant), None
+
         self.weights.validate()
-        impl = get_variant(self.variant)
+        impl = get_step(self.step)
         self._params = {layer: impl.params(**{**self.params, **self.layer_params.get(layer, {})})
                         for layer in ("C1", "C3")}
         from . import layer_shape
@@ -62,10 +68,10 @@ class GpuLeNet:
         self.fc2_bias = cp.asarray(np.asarray(w.fc2_bias, dtype=np.float32))
 
     def conv1(self, x, out=None):
-        return conv_forward(x, self.k1, self.variant, out=out, **self._params["C1"])
+        return conv_forward(x, self.k1, self.step, out=out, **self._params["C1"])
 
     def conv3(self, x, out=None):
-        return conv_forward(x, self.k3, self.variant, out=out, **self._params["C3"])
+        return conv_forward(x, self.k3, self.step, out=out, **self._params["C3"])
 
     def stage2_input(self, x):
         """What C3 sees: ReLU and 2x2 pooling of C1's output (B,4,40,40)."""

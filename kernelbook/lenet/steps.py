@@ -8,7 +8,7 @@ from .hopper import HopperFinal
 from .wgmma import WgmmaFinal
 from .gemm import CublasMatmul, Fp16, FusedUnrollMatmul, UnrollMatmul
 from .tensor import IndexReuse, PerLayer, RegisterTiling, TensorCores
-from .variants import Baseline
+from .convstep import Baseline
 
 STEPS = StepList("lenet", [
     Step(0, "baseline", "00_baseline", "Baseline: direct convolution from global memory", Baseline),

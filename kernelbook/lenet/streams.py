@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from .variants import ConvShape
+from .convstep import ConvShape
 
 
 @functools.lru_cache(maxsize=None)

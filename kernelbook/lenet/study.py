@@ -135,7 +135,7 @@ class LeNetStudy(Study):
         from .tables import expectations, goal_lines, speedup_sentence
 
         return (goal_lines(chapter, self.targets()[0]) + expectations(chapter)
-                + [speedup_sentence(chapter, self.reported_frame(chapter.variant))])
+                + [speedup_sentence(chapter, self.reported_frame(chapter.slug))])
 
     def reported_best(self):
         from .tables import reported_best
@@ -165,7 +165,7 @@ def inputs(n: int, weights_path: str | None):
     return images, labels, weights
 
 
-def check_variant(impl, params: dict, n_random: int = 8, seed: int | None = None):
+def check_step(impl, params: dict, n_random: int = 8, seed: int | None = None):
     """The network's two layers plus ``n_random`` random shapes the step accepts (the harness's
     checks of this study, by step)."""
     from ..harness import check_step

@@ -45,7 +45,7 @@ def _maybe_ms(value) -> str:
 def speedup_sentence(chapter, reported_frame: pd.DataFrame, batch: int = 10000) -> str:
     """Ours against each seed's report at ``batch``, per layer, in words."""
     if not chapter.correct:
-        return f"The {chapter.variant} kernel failed its correctness check, so it is not compared."
+        return f"The {chapter.slug} kernel failed its correctness check, so it is not compared."
     parts = []
     for layer, column in (("C1", "op_time_1_ms"), ("C3", "op_time_2_ms")):
         ours = find_record(chapter.records, "op_time_ms", layer, batch)
@@ -124,20 +124,20 @@ def accuracy_change(steps: dict):
             continue
         ref = find_record(base.records, "accuracy", "network", r["size"])
         rows.append({"Batch Size": r["size"],
-                     f"Accuracy, {base.variant}": "–" if ref is None else f"{ref['value']:.4f}",
-                     f"Accuracy, {current.variant}": f"{r['value']:.4f}",
+                     f"Accuracy, {base.slug}": "–" if ref is None else f"{ref['value']:.4f}",
+                     f"Accuracy, {current.slug}": f"{r['value']:.4f}",
                      "Change (images)": "–" if ref is None else
                      f"{round((r['value'] - ref['value']) * r['size']):+d}"})
-    caption = (f"Top-1 accuracy on the first B test images, {current.variant} against {base.variant}. "
+    caption = (f"Top-1 accuracy on the first B test images, {current.slug} against {base.slug}. "
                f"{current.session.short_label}")
     return styled(pd.DataFrame(rows), caption)
 
 
-def workspace_table(variant: str, chapter):
-    """The unrolled matrix per layer and batch: whole batch, and the chunk the variant uses."""
-    from . import get_variant, layer_shape
+def workspace_table(step: str, chapter):
+    """The unrolled matrix per layer and batch: whole batch, and the chunk the step uses."""
+    from . import get_step, layer_shape
 
-    impl = get_variant(variant)
+    impl = get_step(step)
     per_layer = chapter.parameters.get("layer_params") or {}
     rows = []
     for layer in ("C1", "C3"):
@@ -163,7 +163,7 @@ def goal_lines(chapter, goal: dict) -> list[str]:
     from ..evidence.vendor import vendor
 
     batch, limit, factor = goal["size"], goal["limit_ms"], goal["vendor_factor"]
-    if not chapter.correct or chapter.variant not in goal["steps"]:
+    if not chapter.correct or chapter.slug not in goal["steps"]:
         return []
     ops = [find_record(chapter.records, "op_time_ms", layer, batch) for layer in goal["cases"]]
     if None in ops:

@@ -7,7 +7,7 @@ from .. import limits
 from ..errors import LaunchLimitError, ParameterError
 from .gemm import MAX_THREADS, _check_gemm_indices, _check_smem, _choice_param, _int_param
 from ..steps import Launch
-from .variants import ConvShape, ConvVariant, ceil_div
+from .convstep import ConvShape, ConvStep, ceil_div
 
 
 # ----------------------------------------------------------------------------- 10 .. 12
@@ -53,7 +53,7 @@ def _validate_wmma_common(shape: ConvShape, params: dict, frag_k: int, elem_byte
     _check_gemm_indices(shape, bn, bm)
 
 
-class TensorCores(ConvVariant):
+class TensorCores(ConvStep):
     """Tensor cores: the implicit GEMM on WMMA fragments (TF32 m16n16k8 or FP16 m16n16k16 / m8n32k16).
 
     Changes: the arithmetic moves to tensor cores. Each block stages a k tile and a gathered x
@@ -98,7 +98,7 @@ class TensorCores(ConvVariant):
         return gemm_tiles(self.kernel_names[0], shape, *_wmma_tiles(params))
 
 
-class IndexReuse(ConvVariant):
+class IndexReuse(ConvStep):
     """Index reuse: step 10's FP16 tensor-core kernel with the gather's index math hoisted.
 
     Changes: each thread's columns are decomposed into x offsets once, before the reduction;
@@ -129,7 +129,7 @@ class IndexReuse(ConvVariant):
         return gemm_tiles(self.kernel_names[0], shape, *_wmma_tiles(params))
 
 
-class PerLayer(ConvVariant):
+class PerLayer(ConvStep):
     """Per-layer kernels: a dispatcher that picks the tensor-core configuration by shape.
 
     Changes: one file holds step 11's kernel instantiated for two fragment shapes; ``launch``
@@ -208,7 +208,7 @@ def _validate_register_tiles(params: dict) -> tuple[int, int, int, int, int, int
     return bm, bn, bk, tm, tn, threads
 
 
-class RegisterTiling(ConvVariant):
+class RegisterTiling(ConvStep):
     """Register tiling: FP32 implicit GEMM, BM x BN x BK shared tiles, TM x TN outputs per thread.
 
     Changes: back to exact FP32 on CUDA cores, but each thread keeps a TM x TN block of

@@ -14,7 +14,7 @@ from typing import ClassVar
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..limits import H100, check_launch, check_launch_bounds
 from ..steps import Launch
-from .variants import (INT32_MAX, ConvShape, ConvVariant, ceil_div, generic_plan, int32,
+from .convstep import (INT32_MAX, ConvShape, ConvStep, ceil_div, generic_plan, int32,
                        persistent_launches)
 
 WGMMA_MAX_K = 7            # the 8-column window holds both column offsets only for K <= 7
@@ -31,7 +31,7 @@ AUTO = {
 }
 
 
-class WgmmaFinal(ConvVariant):
+class WgmmaFinal(ConvStep):
     """wgmma final: warpgroup MMA (``wgmma.mma_async``, A from registers, Toeplitz weights as B in
     shared memory), FP16 hi/lo split with power-of-two scales, bulk-copy input ring, persistent grid.
 

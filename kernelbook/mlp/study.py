@@ -181,7 +181,7 @@ class MlpStudy(Study):
             if up is not None:
                 line += f"; with the upload of x, {format_ms(up['value'])} ({up['value'] / op['value']:.1f}× longer)"
             lines.append(line + ".")
-            for _, row in self.reported_frame(chapter.variant).iterrows():
+            for _, row in self.reported_frame(chapter.slug).iterrows():
                 if row["case"] == case:  # another device: shown, never divided (its table has both)
                     lines.append(f"{case}: the write-up reports {row['time_ms']:g} ms on its {row['gpu']} "
                                  f"(`{row['seed']}`), a different GPU: the write-ups' table sets the two side by "

@@ -146,15 +146,15 @@ class VggStudy(Study):
         found = vendor(self, "replay", prefer_run=chapter.session.run.run_id)
         if op is not None and found.found:
             others = []
-            for variant in dict.fromkeys(r["step"] for r in found.records):
-                ref = find_record([r for r in found.records if r["step"] == variant], "op_time_ms", "B1")
+            for step in dict.fromkeys(r["step"] for r in found.records):
+                ref = find_record([r for r in found.records if r["step"] == step], "op_time_ms", "B1")
                 if ref is not None:
                     ratio = ref["value"] / op["value"]
-                    others.append(f"{variant} {format_ms(ref['value'])} "
+                    others.append(f"{step} {format_ms(ref['value'])} "
                                   f"({f'{ratio:.2f}× slower than this step' if ratio >= 1 else f'{1 / ratio:.2f}× faster than this step'})")
             lines.append(f"The library, timed in run {found.session.run.run_id}: " + "; ".join(others) + ".")
-        previous = chapter.study.steps.previous(chapter.variant)
-        for _, row in self.reported_frame(chapter.variant).iterrows():
+        previous = chapter.study.steps.previous(chapter.slug)
+        for _, row in self.reported_frame(chapter.slug).iterrows():
             before = load_recorded(self, previous.slug, prefer_run=chapter.session.run.run_id) if previous else None
             theirs = find_record(before.records, "gflops", "B1") if before is not None and before.correct else None
             if mine and theirs and pd.isna(row["reported_change_gflops"]):

@@ -10,7 +10,7 @@
 //   x: B x C x H x W        k: M x C x K x K        y: B x M x H_out x W_out
 //   H_out = H - K + 1, W_out = W - K + 1 (stride 1, no padding)
 //
-// Launch (done by kernelbook.lenet.variants.Baseline):
+// Launch (done by kernelbook.lenet.convstep.Baseline):
 //   block = (TILE_WIDTH, TILE_WIDTH, 1)
 //   grid  = (tiles_w * tiles_h, M, B)   one block per output tile, per map, per image
 //

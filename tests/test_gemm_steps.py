@@ -1,4 +1,4 @@
-"""The GEMM-family variants without a GPU: parameters, refusals, workspace arithmetic, plans.
+"""The GEMM-family steps without a GPU: parameters, refusals, workspace arithmetic, plans.
 
 Every refusal must name the limit it enforces, so each check matches a fragment of the message.
 """
@@ -11,7 +11,7 @@ import pytest
 from kernelbook import lenet
 from kernelbook import kernels
 from kernelbook.errors import ParameterError, ShapeError
-from kernelbook.lenet import ConvShape, layer_shape, variants
+from kernelbook.lenet import ConvShape, layer_shape, convstep
 from kernelbook.lenet import final, gemm
 
 GEMM_SLUGS = ["unroll-matmul", "fused-unroll-matmul", "cublas", "fp16", "tensor-cores", "index-reuse",
@@ -20,11 +20,11 @@ GIB = 2**30
 
 
 def impl(slug):
-    return lenet.get_variant(slug)
+    return lenet.get_step(slug)
 
 
 def test_gemm_steps_are_registered_in_book_order_after_the_direct_ones():
-    names = lenet.variant_names()
+    names = lenet.step_names()
     positions = [names.index(s) for s in GEMM_SLUGS]
     assert positions == sorted(positions)
     assert names[-len(GEMM_SLUGS) - 2:-2] == GEMM_SLUGS and names[-2:] == ["hopper-final", "wgmma-final"]
@@ -316,7 +316,7 @@ def test_tensor_core_files_compile_through_the_ptx_path(tmp_path):
 
 
 def test_non_finite_workspace_is_refused_before_launch():
-    impl = lenet.get_variant("unroll-matmul")
+    impl = lenet.get_step("unroll-matmul")
     for bad in (float("inf"), float("nan")):
         with pytest.raises(ParameterError, match="workspace_mib"):
             impl.validate(layer_shape("C1", 100), impl.params(workspace_mib=bad))

@@ -20,8 +20,8 @@ from ..steps import Launch, StepImpl
 from .problem import GRID_YZ_MAX, INT32_MAX, ConvShape, ceil_div, int32  # noqa: F401  (re-exported)
 
 
-class ConvVariant(StepImpl):
-    """Base of every kernel variant. Subclasses set the class attributes and ``launch``."""
+class ConvStep(StepImpl):
+    """Base of every LeNet convolution step. Subclasses set the class attributes and ``launches``."""
 
     kernel_names: ClassVar[tuple[str, ...]]
     defaults: ClassVar[dict] = {}      # every parameter a caller may set, with its default
@@ -77,7 +77,7 @@ class ConvVariant(StepImpl):
         return round_trip
 
 
-class Baseline(ConvVariant):
+class Baseline(ConvStep):
     kernel_names = ("conv_forward_baseline",)
     defaults = {"tile_width": 16}
 
