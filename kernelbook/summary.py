@@ -185,9 +185,9 @@ def reported_best(study):
 
 def _summed(records: list[dict], metric: str, cases, size) -> float | None:
     """The sum of ``metric`` over ``cases`` at ``size`` (any size when None); None if one is missing."""
-    from .report import ANY_BATCH
+    from .report import ANY_SIZE
 
-    found = [find_record(records, metric, c, ANY_BATCH if size is None else size) for c in cases]
+    found = [find_record(records, metric, c, ANY_SIZE if size is None else size) for c in cases]
     return None if any(f is None or f["value"] is None for f in found) else sum(f["value"] for f in found)
 
 
@@ -234,8 +234,8 @@ def opening_lines(study, chapter) -> list[str] | None:
     the targets that step is eligible for (so its page says met or missed, and by how much)."""
     if not chapter.correct:
         return None
-    if chapter.variant != study.steps.steps[-1].slug:
-        return [f"Target: {line}" for line in target_lines(study, step=chapter.variant)]
+    if chapter.slug != study.steps.steps[-1].slug:
+        return [f"Target: {line}" for line in target_lines(study, step=chapter.slug)]
     return [f"Target: {line}" for line in target_lines(study)]
 
 

@@ -72,7 +72,7 @@ class Sweep:
 class SweepResult(session_mod.RecordingView):
     """A recorded sweep: every configuration of one step, checked and then timed per case."""
 
-    variant: str
+    step: str
     recording: session_mod.Recording
     cases: tuple = ()
 
@@ -95,7 +95,7 @@ class SweepResult(session_mod.RecordingView):
         metric = self.parameters.get("metric", "op_time_ms")
         timed = [r for r in self.records if r["metric"] == metric and r["layer"] == case and r["value"] is not None]
         if not timed:
-            raise ResultsError(f"The {self.variant} sweep has no correct timing for {case}.",
+            raise ResultsError(f"The {self.step} sweep has no correct timing for {case}.",
                                "re-run the sweep on a GPU; every configuration failed or was refused.")
         sizes = [r["size"] for r in timed if r["size"] is not None]
         size = size if size is not None else (max(sizes) if sizes else None)
@@ -217,7 +217,7 @@ def run_sweep(study, sweep: Sweep, *, mode: str = "auto", run_id: str | None = N
     warmup = warmup if warmup is not None else sweep.warmup if sweep.warmup is not None else study.warmup
     check_repeats(repeats, warmup)
     study.impl(sweep.step)  # an unknown step is refused before anything runs
-    parameters = {"variant": sweep.step, "configs": configs, "metric": sweep.metric, "batch_sizes": sizes,
+    parameters = {"step": sweep.step, "configs": configs, "metric": sweep.metric, study.size_name: sizes,
                   "repeats": repeats, "warmup": warmup, "seed": seed}
     if sweep.check_shapes:  # (absent when 0: the grids recorded before sweeps were declared have none)
         parameters["check_shapes"] = sweep.check_shapes
@@ -248,7 +248,7 @@ def table(result: SweepResult):
     from .report import format_ms, message_table, styled
 
     if not result.found or not result.records:
-        return message_table(f"{result.variant} sweep", f"The {result.variant} sweep is {NOT_RECORDED}.")
+        return message_table(f"{result.step} sweep", f"The {result.step} sweep is {NOT_RECORDED}.")
     frame = result.frame()
     metric = result.parameters.get("metric", "op_time_ms")
     frame = frame[frame["metric"] == metric]
@@ -261,7 +261,7 @@ def table(result: SweepResult):
         rows.append(row)
     what = metric.replace("_ms", "").replace("_", " ")
     # wrapped: a configuration's label (every parameter it sets) can be longer than the page is wide
-    return styled(pd.DataFrame(rows), f"{result.variant}: {what} (median) of every configuration. "
+    return styled(pd.DataFrame(rows), f"{result.step}: {what} (median) of every configuration. "
                                       f"[{result.short_label}]", wrap=True)
 
 
@@ -275,7 +275,7 @@ def figure(result: SweepResult):
     if not result.found or not result.records:
         fig, ax = plt.subplots(figsize=(7, 1.2))
         ax.axis("off")
-        ax.text(0.5, 0.5, f"{result.variant} sweep: {NOT_RECORDED}", ha="center", va="center", fontsize=9)
+        ax.text(0.5, 0.5, f"{result.step} sweep: {NOT_RECORDED}", ha="center", va="center", fontsize=9)
         footer(fig, "not recorded")
         return fig
     frame = result.frame()

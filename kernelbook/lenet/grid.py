@@ -9,7 +9,7 @@ import numpy as np
 from .. import session as session_mod
 from ..errors import ParameterError
 from ..sweep import Sweep, SweepResult, config_label, run_sweep  # noqa: F401 - config_label: shown by pages
-from . import get_variant
+from . import get_step
 from .direct import Sweep as DirectSweep
 from .problem import LAYERS, layer_shape
 from .study import STUDY
@@ -28,11 +28,11 @@ SWEEP = Sweep("sweep", configs=tuple(DirectSweep.grid()), sizes=(10000,), repeat
 GridResult = SweepResult
 
 
-def run_grid(variant: str, configs: list[dict], metric: str = "op_time_ms", batch_sizes=(1000,),
+def run_grid(step: str, configs: list[dict], metric: str = "op_time_ms", batch_sizes=(1000,),
              repeats: int = 5, warmup: int = 1, mode: str = "auto", run_id: str | None = None,
              replay_run: str | None = None, weights_path: str | None = None, seed: int | None = None,
              timelines: bool = False) -> SweepResult:
-    """Check and time every configuration of ``variant`` on both layers (``metric`` is
+    """Check and time every configuration of ``step`` on both layers (``metric`` is
     ``op_time_ms`` or ``layer_time_ms``) with the core's sweep; refused configurations are
     recorded as such. ``timelines`` adds instrumented runs of the best configuration."""
     if metric not in ("op_time_ms", "layer_time_ms"):
@@ -40,12 +40,12 @@ def run_grid(variant: str, configs: list[dict], metric: str = "op_time_ms", batc
     if not isinstance(configs, list) or not configs or not all(isinstance(c, dict) for c in configs):
         raise ParameterError(f"configs={configs!r} is not a non-empty list of parameter dicts.",
                              "pass e.g. configs=[{'tile_width': 16}, {'tile_width': 32}].")
-    impl = get_variant(variant)
+    impl = get_step(step)
     for c in configs:  # a configuration naming no parameter of the step is refused before any launch
         impl.params(**c)
     options = STUDY.options(weights_path=weights_path)  # checked in every mode, replaying too
     sizes = list(STUDY.default_sizes) if batch_sizes is None else batch_sizes
-    sweep = Sweep(variant, configs=tuple(configs), metric=metric)
+    sweep = Sweep(step, configs=tuple(configs), metric=metric)
 
     def extra(records):
         if not timelines:
