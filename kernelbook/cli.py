@@ -166,7 +166,7 @@ def _parser() -> argparse.ArgumentParser:
         "samples, and a verdict: same unless the medians differ by more than the noise band, which is the larger "
         "spread and at least 2 %% of the larger median (a value measured once has no spread of its own). "
         "Exit status: 0 when nothing regressed, 1 when something is slower or worse, 2 when compare refused "
-        "(an unknown run or study).",
+        "(an unknown run or study, or two runs with no measurement in common).",
     )
     cmp.add_argument("run_a", metavar="RUN_A")
     cmp.add_argument("run_b", metavar="RUN_B")

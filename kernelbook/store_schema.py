@@ -17,7 +17,9 @@ nowhere else, so every recorded run replays unchanged and its files are never re
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +124,72 @@ def _bad(path: Path, what: str) -> ResultsError:
         f"restore it with `git checkout -- {path}`, or move its run folder {_run_folder(path)} out of "
         f"{_run_folder(path).parent} if it cannot be restored (`kernelbook results --check` lists every problem).",
     )
+
+
+# ----------------------------------------------------------------------------- reading a file
+
+
+#: The largest file the store reads (the largest part recorded so far is about 0.2 MB): a larger
+#: one is refused from its size alone, before a byte of it is read.
+MAX_PART_BYTES = 32 * 1024 * 1024
+MAX_MANIFEST_BYTES = 1024 * 1024
+
+
+def _entry(path: Path) -> os.stat_result | None:
+    """``lstat`` of a path of the store (None: there is none); a path that cannot be looked at
+    (a folder above it of mode 000) is a damaged file that names the folder."""
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise _unreadable(path.parent, exc) from None
+
+
+def _unreadable(folder: Path, exc: OSError) -> ResultsError:
+    """A folder of the store that cannot be listed or looked into (mode 000, another owner)."""
+    return ResultsError(f"The folder {folder} cannot be read ({exc.strerror or exc}); it is skipped.",
+                        f"make it readable (`chmod -R a+rX {folder}`), or move its run out of the store.")
+
+
+def _listing(folder: Path) -> list[Path]:
+    """The entries of a folder of the store, sorted; an unreadable folder is a ``ResultsError``."""
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(folder / entry.name for entry in entries)
+    except OSError as exc:
+        raise _unreadable(folder, exc) from None
+
+
+def read_json(path: Path, limit: int = MAX_PART_BYTES) -> Any:
+    """A file of the store, parsed with every number bounded: a symbolic link, anything but a
+    regular file, or a file over ``limit`` bytes is refused before it is read."""
+    path = Path(path)
+    entry = _entry(path)
+    if entry is None:
+        raise ResultsError(
+            f"Results file {path} does not exist.",
+            "check the run id with `kernelbook results`, or record a run on a GPU.",
+        )
+    if stat.S_ISLNK(entry.st_mode):
+        raise _bad(path, "is a symbolic link (the store reads its own files, never a link to one elsewhere)")
+    if not stat.S_ISREG(entry.st_mode):
+        raise _bad(path, "is not a regular file")
+    if entry.st_size > limit:
+        raise _bad(path, f"is {entry.st_size:,} bytes, more than the {limit:,} a results file may hold")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:  # unreadable (permissions, an I/O error): a damaged file like any other
+        raise ResultsError(f"Results file {path} cannot be read ({exc.strerror or exc}).",
+                           f"make it readable (`chmod a+r {path}`), or move its run out of the store.") from exc
+    if len(data) > limit:  # it grew since it was looked at
+        raise _bad(path, f"is more than the {limit:,} bytes a results file may hold")
+    return loads(data, path)
+
+
+# ----------------------------------------------------------------------------- validating
 
 
 def validate_manifest(manifest: Any, path: Path) -> dict:
