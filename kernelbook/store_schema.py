@@ -36,6 +36,9 @@ CREATED_PATTERN = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?Z$")
 #: The largest magnitude of any number in the store (the recorded runs stay below 1e19: byte and
 #: FLOP counts, clocks); a larger one, or an integer of more digits than this allows, is damage.
 NUMBER_BOUND = 10 ** 30
+#: The longest name a page shows in a banner or a table cell (a device, a commit, a step, a
+#: metric): the recorded ones are under 30 characters.
+MAX_NAME_CHARS = 200
 _MAX_DIGITS = len(str(NUMBER_BOUND))
 
 
@@ -106,6 +109,11 @@ def _check_bounds(value, path: Path) -> None:
     where = _out_of_bounds(value)
     if where is not None:
         raise _bad(path, f"{where} is a number beyond the bound of {NUMBER_BOUND:.0e} (or infinite)")
+
+
+def _short(text: str, what: str, path: Path) -> None:
+    if len(text) > MAX_NAME_CHARS:
+        raise _bad(path, f"its {what} is {len(text):,} characters long, more than the {MAX_NAME_CHARS} a name may have")
 
 
 def part_owner(name: str) -> str:
@@ -206,6 +214,9 @@ def validate_manifest(manifest: Any, path: Path) -> dict:
     for key in ("run_id", "created_utc", "commit", "host"):
         if not isinstance(manifest[key], str):
             raise _bad(path, f"{key!r} is {manifest[key]!r}, not a string")
+    for key, value in (("device name", manifest["device"]["name"]), ("commit", manifest["commit"]),
+                       ("host", manifest["host"]), ("run_id", manifest["run_id"])):
+        _short(value, key, path)
     if not CREATED_PATTERN.match(manifest["created_utc"]):
         raise _bad(path, f"created_utc {manifest['created_utc']!r} is not a UTC time like 2026-11-22T04:30:00Z")
     for key in ("software", "parameters"):
@@ -241,6 +252,9 @@ def validate_record(record: Any, path: Path, index: int) -> dict:
         raise _bad(path, f"record {index} has metric {record['metric']!r} (a non-empty string)")
     if not _is_text(record["study"]) or not _is_text(record["step"]):
         raise _bad(path, f"record {index} needs non-empty string 'study' and 'step'")
+    for key in ("study", "step", "layer", "metric", "unit"):
+        if isinstance(record.get(key), str):
+            _short(record[key], f"record {index}'s {key}", path)
     if record["layer"] is not None and not isinstance(record["layer"], str):
         raise _bad(path, f"record {index} has layer {record['layer']!r} (a string or null)")
     if not isinstance(record.get("unit", ""), str):

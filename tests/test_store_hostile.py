@@ -215,3 +215,23 @@ def test_numbers_written_into_a_part_are_bounded_too(results_root):
     with pytest.raises(ResultsError, match="study"):
         run.write_part("lenet-x", "mlp", [results.record("mlp", "x", "C1", 1, "count", 0)])
     assert not run.has_part("lenet-x")
+
+
+@pytest.mark.parametrize("where", ["device name", "record step"])
+def test_a_name_too_long_to_show_is_damage(results_root, capsys, where):
+    """A name a page shows in its banner or a table (a device, a step) is at most a line long."""
+    _, bad = _stores(results_root)
+    if where == "device name":
+        path = bad.root / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest["device"]["name"] = "GPU " * 25_000
+        path.write_text(json.dumps(manifest))
+    else:
+        path = bad.part_path("lenet-baseline")
+        part = json.loads(path.read_text())
+        part["records"][0]["step"] = "s" * 100_000
+        path.write_text(json.dumps(part))
+    problems = results.check_store()
+    assert len(problems) == 1 and str(path) in problems[0] and "characters" in problems[0]
+    assert len(problems[0]) < 1500
+    _every_reader_skips(path, capsys)
