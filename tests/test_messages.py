@@ -299,3 +299,16 @@ def test_store_text_never_reaches_the_terminal_raw(results_root, capsys):
         cli.main(argv)
         captured = capsys.readouterr()
         assert "\x1b" not in captured.out + captured.err and "\x07" not in captured.out + captured.err, argv
+
+
+@pytest.mark.parametrize("page", ["vendor", "ceilings"])
+def test_the_profiles_pages_check_repeats_when_replaying(results_root, no_gpu, page):
+    from kernelbook.errors import ParameterError
+    from kernelbook.evidence import ceilings, vendor
+    from kernelbook.lenet import STUDY
+
+    with pytest.raises(ParameterError, match="repeats=-5"):
+        if page == "vendor":
+            vendor.vendor(STUDY, mode="replay", repeats=-5)
+        else:
+            ceilings.ceilings(mode="replay", repeats=-5)

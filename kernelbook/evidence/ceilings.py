@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .. import gpu, kernels, results
 from .. import session as session_mod
+from ..measure import check_repeats
 from .tools import NOT_RECORDED
 
 PART = results.part_name("device", "ceilings")
@@ -163,6 +164,8 @@ class Ceilings(session_mod.RecordingView):
 def ceilings(mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
              repeats: int = 10, prefer_run: str | None = None) -> Ceilings:
     """Measure the ceilings (GPU; part ``device-ceilings``) or replay the recorded ones."""
+    check_repeats(repeats, 0)  # in every mode: a replay refuses what a measurement would
+
     def measure() -> session_mod.Measurement:
         return session_mod.Measurement(measure_ceilings(repeats=repeats))
 

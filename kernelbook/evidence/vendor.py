@@ -9,6 +9,7 @@ import os
 
 from .. import results
 from .. import session as session_mod
+from ..measure import check_repeats
 
 
 def torch_cuda_status() -> tuple[bool, str]:
@@ -46,6 +47,7 @@ def vendor(study, mode: str = "auto", run_id: str | None = None, replay_run: str
     (``sizes_name``: the page's parameter that gave ``sizes``, default ``sizes_parameter``)."""
     sizes = study.sizes(list(study.default_sizes) if sizes is None else sizes,
                         name=sizes_name or sizes_parameter(study))
+    check_repeats(repeats, warmup)  # in every mode: a replay refuses what a measurement would
 
     def measure() -> session_mod.Measurement:
         # The library's versions go into the part, for the profiles pages' environment section.
