@@ -23,6 +23,7 @@ import re
 
 from .errors import MissingValue
 
+from . import limits
 from . import params as P
 from .escape import shown_value
 from . import session as session_mod
@@ -222,7 +223,22 @@ def run_chapter(study: Study, step: str, params: dict | None = None, case_params
     given = {name: value for name, value in (("sizes", sizes), ("repeats", repeats), ("warmup", warmup),
                                              ("check_shapes", check_shapes)) if value is not None}
     chosen = study.sizes(list(study.default_sizes) if sizes is None else sizes)
-    study.check_problems(impl, merged, chosen)  # what measuring refuses, a replay refuses too
+    here: list = []
+
+    def runs_here() -> tuple[bool, str]:   # an older GPU shows the recording of a step it cannot run
+        from . import capability
+        from .harness import problems
+
+        if not here:
+            here.append(capability.runs_here(impl, [(study.problem(case, study.size_of(case, size)), merged[case])
+                                                    for case, size in problems(study, chosen)]))
+        return here[0]
+
+    if mode != "replay" and not runs_here()[0]:   # shown from the recording: checked as its device ran it
+        with limits.assumed(limits.H100):
+            study.check_problems(impl, merged, chosen)
+    else:
+        study.check_problems(impl, merged, chosen)  # what measuring refuses, a replay refuses too
     repeats = study.repeats if repeats is None else repeats
     warmup = study.warmup if warmup is None else warmup
     check_shapes = study.check_shapes if check_shapes is None else check_shapes
@@ -250,7 +266,8 @@ def run_chapter(study: Study, step: str, params: dict | None = None, case_params
 
     # required=False: replaying a step that no run holds yet gives a page that says so
     recording = session_mod.recorded(study.part(entry.slug), study.name, measure, parameters=parameters,
-                                     mode=mode, run_id=run_id, replay_run=replay_run, compare=asked, required=False)
+                                     mode=mode, run_id=run_id, replay_run=replay_run, compare=asked, required=False,
+                                     available=runs_here)
     return Chapter(study, entry, recording)
 
 

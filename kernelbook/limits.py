@@ -9,6 +9,7 @@ recorded run of this book used, so that validation gives the same answer everywh
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass
@@ -35,9 +36,28 @@ class DeviceLimits:
 H100 = DeviceLimits()
 
 
-@functools.lru_cache(maxsize=1)
+_ASSUMED: list[DeviceLimits] = []
+
+
+@contextlib.contextmanager
+def assumed(limits: DeviceLimits):
+    """Check launches against ``limits`` instead of this GPU's inside the block: a page that shows
+    a recording (an older GPU showing a Hopper step's) checks the step as the recording's device
+    ran it."""
+    _ASSUMED.append(limits)
+    try:
+        yield limits
+    finally:
+        _ASSUMED.pop()
+
+
 def current() -> DeviceLimits:
-    """The limits of this process's GPU, or the H100's when there is none."""
+    """The limits of this process's GPU, or the H100's when there is none (or those ``assumed``)."""
+    return _ASSUMED[-1] if _ASSUMED else _current()
+
+
+@functools.lru_cache(maxsize=1)
+def _current() -> DeviceLimits:
     from . import gpu
 
     if not gpu.available():

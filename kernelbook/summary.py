@@ -11,12 +11,49 @@ from __future__ import annotations
 import pandas as pd
 
 from . import results
-from .stepdata import load_recorded
+from . import stepdata
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
 from .evidence.vendor import vendor
 from .plots import PALETTE  # one palette for every figure
 from .report import ANY_BATCH, find_record, format_ms, styled
+
+
+def book_device(study) -> str | None:
+    """The device the book's recording of ``study`` was made on: that of the newest run holding
+    its last step. A reader's run on another GPU (an older one, which cannot run the Hopper steps)
+    stands beside it in the devices table, never mixed into its rows."""
+    runs = results.runs_with(study.part(study.steps.steps[-1].slug))
+    return runs[-1].device if runs else None
+
+
+def load_recorded(study, step: str, prefer_run: str | None = None):
+    """``stepdata.load_recorded``, from the book's device only (``book_device``): the newest run of
+    that device holding the step when the newest of all was made on another GPU."""
+    found = stepdata.load_recorded(study, step, prefer_run)
+    device = book_device(study)
+    if found is None or device is None or found.session.run.device == device:
+        return found
+    for run in reversed(results.runs_with(study.part(step))):
+        if run.device == device:
+            return stepdata.load_recorded(study, step, prefer_run=run.run_id)
+    return None
+
+
+def book_vendor(study):
+    """The library rows recorded on the book's device (``book_device``): the newest such run's."""
+    from .evidence.vendor import part
+
+    found = vendor(study, "replay")
+    device = book_device(study)
+    if not found.found or device is None or found.session.run.device == device:
+        return found
+    runs = [run for run in results.runs_with(part(study)) if run.device == device]
+    if not runs:
+        from .session import Recording
+
+        return Recording(part(study), None)
+    return vendor(study, "replay", prefer_run=runs[-1].run_id)
 
 
 def headline_size(study, case: str, chapters: dict) -> int | None:
@@ -44,7 +81,7 @@ def leaderboard_frame(study) -> tuple[pd.DataFrame, list[str]]:
     """Every recorded step per case at the case's largest size: the comparison columns first (time,
     speed-up, % of floor, against the library), then how it was timed, the unit and the run."""
     chapters = {s: load_recorded(study, s) for s in study.steps.slugs()}
-    found_vendor = vendor(study, "replay")
+    found_vendor = book_vendor(study)
     base = chapters.get(study.steps.baseline.slug)
     rows, runs, ceilings = [], set(), {}
     for case in study.cases:
@@ -196,7 +233,7 @@ def evaluate_targets(study) -> list[dict]:
 
     A target names one ``case``, or several ``cases`` whose times add up (LeNet's Op Time 1 + Op
     Time 2), and optionally the ``size`` it is judged at."""
-    found_vendor = vendor(study, "replay")
+    found_vendor = book_vendor(study)
     out = []
     for target in study.targets():
         cases, size = target.get("cases") or [target["case"]], target.get("size")
@@ -407,7 +444,7 @@ def verdict_frame(study) -> pd.DataFrame:
     % of its floor. Where a faster step of that precision was recorded in another run, a row of
     its own shows it with no library ratio (two runs are two states of the device)."""
     chapters = {s: load_recorded(study, s) for s in study.steps.slugs()}
-    found_vendor = vendor(study, "replay")
+    found_vendor = book_vendor(study)
     lib_run = found_vendor.session.run.run_id if found_vendor.found else None
     in_lib_run = {s: load_recorded(study, s, prefer_run=lib_run) for s in study.steps.slugs()} if lib_run else {}
     rows = []

@@ -192,6 +192,10 @@ class TmaFed(MlpImpl):
     ``l2_promotion`` checked; shapes the TMA cannot read (N % 4 != 0, x or y not 16-byte aligned)
     handed to an earlier step (``FALLBACK``) with that step's defaults."""
 
+    #: The TMA (cp.async.bulk.tensor) came with Hopper: an older GPU shows these steps' recording.
+    min_capability = (9, 0)
+    min_capability_why = "reads x through the TMA (cp.async.bulk.tensor), which Hopper introduced"
+
     FALLBACK = ""
     BOX_ROWS = 72
     IN_ROWS = 71
