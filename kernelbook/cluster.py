@@ -27,6 +27,7 @@ import socket
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,10 @@ TOPIC = "kernelbook-batch"
 #: How long a ``--scheduler`` address may take to answer, and a cluster to show a worker.
 CONNECT_TIMEOUT_S = 5
 WORKERS_TIMEOUT_S = 30
+#: How long a worker process of a local cluster may take to end cleanly before its nanny kills it.
+WORKER_CLOSE_S = 60
+KERNEL_LOG_LEVEL = "CRITICAL"
+QUIET_ENV = "DASK_LOGGING__DISTRIBUTED"
 INSTALL_GPUS = "pip install -e '.[gpus]'  (or: pip install dask-cuda)"
 
 
@@ -58,6 +63,11 @@ def _ipc_config(folder: Path):
     config = Config()
     config.KernelManager.transport = "ipc"
     config.KernelManager.ip = str(folder / "kernel")
+    # jupyter_client interrupts a kernel before it shuts it down (SIGINT, then a shutdown request);
+    # a kernel caught between two messages logs "KeyboardInterrupt caught in kernel" at ERROR on
+    # the batch's stderr, for a notebook that ended well. A notebook's own errors are in its
+    # outputs, so the kernel's log says only what is critical.
+    config.NotebookClient.extra_arguments = [f"--IPKernelApp.log_level={KERNEL_LOG_LEVEL}"]
     return config
 
 
@@ -235,8 +245,11 @@ class DaskEngine:
                 from distributed import LocalCluster
 
                 try:
-                    self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                                dashboard_address=":0" if _has_bokeh() else None)
+                    # ":0": the scheduler's HTTP server (health, metrics; the dashboard with bokeh) on a
+                    # free port, never "Port 8787 is already in use" when another cluster runs.
+                    with _quiet_workers():
+                        self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                                    dashboard_address=":0")
                 except RuntimeError as exc:  # "Nanny failed to start"
                     raise BatchError(
                         f"The {workers} Dask worker processes did not start ({exc}; the reason is printed above).",
@@ -384,6 +397,7 @@ class DaskEngine:
         for closer in (lambda: self.client.cancel(futures) if futures else None,
                        lambda: self.client.unsubscribe_topic(TOPIC),
                        lambda: self.client.close(timeout=10),
+                       self._close_workers,
                        lambda: self.cluster.close(timeout=10) if self.cluster is not None else None):
             if self.client is None:
                 break
@@ -396,6 +410,48 @@ class DaskEngine:
         if self._config is not None:
             self._config.__exit__(None, None, None)
             self._config = None
+
+
+    def _close_workers(self) -> None:
+        """Let the worker processes of a cluster this batch started end on their own: a nanny
+        kills a worker that takes more than 4 s (on a busy machine, a clean one may), and a killed
+        worker leaks its semaphores (a warning at exit) and logs a warning of its own."""
+        cluster = self.cluster
+        if cluster is None or not getattr(cluster, "workers", None):
+            return
+        import asyncio
+
+        async def close_all() -> None:
+            await asyncio.gather(*(worker.close(timeout=WORKER_CLOSE_S) for worker in list(cluster.workers.values())),
+                                 return_exceptions=True)
+
+        cluster.sync(close_all)
+
+
+@contextmanager
+def _quiet_workers():
+    """Start worker processes that leave Ctrl-C to the batch and say only what is an error.
+
+    A Ctrl-C at the terminal reaches every process of its group: the workers would each print a
+    traceback, and the batch, which stops them itself, prints the one line that matters. Worker
+    processes spawned meanwhile inherit an ignored SIGINT (Python keeps it ignored) and Dask's log
+    level (``DASK_LOGGING__DISTRIBUTED``, read when they import Dask): the notebooks a stopped
+    batch cancels are its to report, not a warning each."""
+    import signal
+
+    saved_env = os.environ.get(QUIET_ENV)
+    os.environ[QUIET_ENV] = "error"
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        yield
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+        if saved_env is None:
+            os.environ.pop(QUIET_ENV, None)
+        else:
+            os.environ[QUIET_ENV] = saved_env
 
 
 def _has_bokeh() -> bool:

@@ -709,3 +709,75 @@ def test_an_interrupted_batch_keeps_the_earlier_executed_notebook_and_its_record
     assert executed.read_bytes() == before
     saved = json.loads((out / "batch.json").read_text())
     assert saved["interrupted"] and saved["notebooks"] == record  # the earlier page stays buildable
+
+
+@pytest.mark.slow
+def test_a_kernel_logs_only_what_is_critical(book, tmp_path, capfd):
+    """jupyter_client interrupts every kernel it shuts down; the kernel's "KeyboardInterrupt caught
+    in kernel" (logged at ERROR) must not reach the batch's output for a notebook that ended well."""
+    page = book / "book" / "part" / "good.md"
+    page.write_text(page.read_text().replace(
+        'print(f"size=', 'from ipykernel.kernelapp import IPKernelApp\n'
+        'IPKernelApp.instance().log.error("an error the kernel logs")\nprint(f"size='))
+    report, _ = _run(book, tmp_path / "out", only="*good*", mode="replay", workers=1)
+    assert report.ok and "size=3" in _outputs(tmp_path / "out" / "part" / "good.ipynb")[-1]
+    captured = capfd.readouterr()
+    assert "an error the kernel logs" not in captured.err + captured.out
+
+
+SIGINT_AGAIN = """
+import signal, sys
+from pathlib import Path
+from kernelbook.batch import run_batch
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal, even when started in background
+    root = Path(sys.argv[1])
+    try:
+        run_batch(toc=root / "_toc.yml", book_root=root / "book", out_dir=root / "out", mode="replay",
+                  workers=2, force=True, log=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(130)
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_the_terminal_prints_nothing_else_and_keeps_every_earlier_notebook(tmp_path, results_root, no_gpu):
+    """Ctrl-C at a terminal reaches the batch, its workers and their kernels (one process group)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from kernelbook.build import stage_book
+    from tinybook import GOOD
+
+    book = make_book(tmp_path / "tiny", with_bad=False)
+    toc = book / "_toc.yml"
+    for n in range(4):
+        (book / "book" / "part" / f"slow{n}.md").write_text(GOOD.replace(
+            "print(f", f"import time\nopen('started-{n}', 'w').close()\ntime.sleep(4)\nprint(f"))
+        toc.write_text(toc.read_text() + f"      - file: book/part/slow{n}\n")
+    report, _ = _run(book, book / "out", mode="replay", workers=1)
+    assert report.ok
+    earlier = {p: p.read_bytes() for p in (book / "out").rglob("*.ipynb")}
+    script = tmp_path / "client.py"
+    script.write_text(SIGINT_AGAIN)
+    client = subprocess.Popen([sys.executable, str(script), str(book)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True, env={**os.environ, "KERNELBOOK_NO_GPU": "1"})
+    for marker in (book / "book" / "part").glob("started-*"):
+        marker.unlink()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((book / "book" / "part").glob("started-*")):
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.killpg(client.pid, signal.SIGINT)  # the whole group, as a terminal does
+    out, err = client.communicate(timeout=90)
+    assert client.returncode == 130 and out.rstrip().endswith("interrupted"), out
+    assert err == "", err  # no traceback, no warning of Dask's or of a kernel's
+    saved = {nb["name"]: nb for nb in json.loads((book / "out" / "batch.json").read_text())["notebooks"]}
+    assert all(nb["status"] == "ok" for nb in saved.values()), saved
+    for path, before in earlier.items():
+        assert path.is_file()  # an unfinished notebook keeps its earlier executed file
+    stage_book(book / "out", tmp_path / "stage", toc=toc, config=book / "_config.yml", book_root=book / "book")
