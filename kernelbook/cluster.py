@@ -227,6 +227,7 @@ class DaskEngine:
         self.futures: dict = {}
         self.tasks: dict = {}
         self.started: dict[str, tuple[str, str, str, float]] = {}
+        self.starts: dict[str, list[str]] = {}  # key -> the workers that started it, in order
         self.lock = threading.Lock()
         self.measuring = measuring
         # A worker that dies is reported at once (KilledWorker): the batch retries the notebook
@@ -334,6 +335,9 @@ class DaskEngine:
             if msg.get("key") in self.futures:
                 self.started[msg["key"]] = (self.tasks[msg["key"]]["name"], msg.get("name", "?"),
                                             msg.get("gpu", "") if self.measuring else "", msg.get("at", time.time()))
+                # A scheduler that is not ours (--scheduler) may run a task again by itself when its
+                # worker dies: every start is counted, so that such a retry is reported too.
+                self.starts.setdefault(msg["key"], []).append(msg.get("name", "?"))
 
     # -- tasks
 
@@ -381,6 +385,9 @@ class DaskEngine:
             self.futures.pop(future.key, None)
             task = self.tasks.pop(future.key)
             where = self.started.pop(future.key, None)
+            starts = self.starts.pop(future.key, [])
+        if len(starts) > 1:  # the scheduler ran it again itself: on these workers first, which died
+            task = {**task, "lost_on": starts[:-1]}
         self.names = {a: str(w.get("name", a)) for a, w in self.client.scheduler_info()["workers"].items()} \
             or self.names
         if future.status == "finished":

@@ -75,6 +75,10 @@ def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, liv
         """One notebook's result: written (or tried again), its line printed, its dependents freed."""
         index = task["index"]
         entry = report.notebooks[index]
+        for worker in task.get("lost_on") or []:  # tries the scheduler made by itself (--scheduler)
+            entry.attempts.append({"worker": worker, "gpu": None, "status": "failed", "seconds": None,
+                                   "error": "its worker died, and the scheduler ran it again"})
+            progress.line(f"[{index + 1}/{total}] {entry.name} ... its worker {worker} died; the scheduler ran it again")
         if result is None:  # the worker died (or left) while it ran the notebook
             worker = task.get("died_on") or "?"
             attempt = {"worker": worker, "gpu": None, "status": "failed",

@@ -781,3 +781,45 @@ def test_ctrl_c_at_the_terminal_prints_nothing_else_and_keeps_every_earlier_note
     for path, before in earlier.items():
         assert path.is_file()  # an unfinished notebook keeps its earlier executed file
     stage_book(book / "out", tmp_path / "stage", toc=toc, config=book / "_config.yml", book_root=book / "book")
+
+
+@pytest.mark.slow
+def test_a_killed_worker_under_a_remote_scheduler_is_counted_as_retried(tmp_path, results_root, no_gpu):
+    """A running cluster's scheduler runs a task again by itself when its worker dies (its
+    allowed-failures are its own): the batch still reports the try that was lost."""
+    from conftest import fabricate_chapter
+    from distributed import LocalCluster
+
+    fabricate_chapter(results_root)
+    book = _measuring_book(tmp_path / "mbook", pages=2)
+    marker = tmp_path / "killed-once"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as running:
+        assert running.scheduler.allowed_failures > 0  # the cluster's own setting, not the batch's
+        report, lines = _run(book, tmp_path / "out", run_id=results.new_run_id(), scheduler=running.scheduler_address,
+                             parameters={"kill_marker": str(marker)})
+    assert marker.exists() and report.ok, lines
+    retried = [entry for entry in report.notebooks if len(entry.attempts) > 1]
+    assert len(retried) == 1, [e.attempts for e in report.notebooks]
+    assert retried[0].attempts[0]["status"] == "failed" and "died" in retried[0].attempts[0]["error"]
+    assert any("died; the scheduler ran it again" in line for line in lines)
+    assert ", 1 retried, " in lines[-1]
+
+
+def test_more_workers_than_cores_are_capped_with_a_message(book, tmp_path, monkeypatch):
+    asked = {}
+
+    class Stop(Exception):
+        pass
+
+    def engine(**kwargs):
+        asked.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(cluster, "DaskEngine", engine)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    lines: list[str] = []
+    with pytest.raises(Stop):
+        run_batch(out_dir=tmp_path / "out", log=lines.append, toc=book / "_toc.yml", book_root=book / "book",
+                  mode="replay", workers=999)
+    assert asked["workers"] == 2
+    assert lines == ["--workers 999 is more than this machine's 2 core(s): using 2 worker process(es)."]
