@@ -1,8 +1,8 @@
 """The one validator of the results store: what ``results --check``, every replaying page and
 ``compare`` accept. A manifest, a part, its records and checks are checked field by field:
 strings where names belong, finite numbers where measurements belong (no NaN, no Infinity, no
-text), every number of a file within ``NUMBER_BOUND`` (a 401-digit integer is a damaged file, not an
-``OverflowError``), a part's ``run_id`` and ``name`` equal to its run folder's id and its file's
+text), every number of a file finite (but a failed check's error) and every integer within
+``NUMBER_BOUND`` (a 401-digit integer is a damaged file, not an ``OverflowError``), a part's ``run_id`` and ``name`` equal to its run folder's id and its file's
 name, its ``study`` the owner its name starts with (``lenet-tiled`` is of the study ``lenet``), and
 every record of the part's own study. A failure is a ``ResultsError`` that names the file and the
 fix. ``loads`` parses a file's text with the same bound, so nothing unbounded is ever built.
@@ -17,6 +17,7 @@ nowhere else, so every recorded run replays unchanged and its files are never re
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -33,8 +34,9 @@ RECORD_KEYS = ("study", "step", "layer", "size", "metric", "value")
 OLD_RECORD_NAMES = {"variant": "step", "batch": "size"}
 MANIFEST_KEYS = ("schema", "run_id", "created_utc", "device", "commit", "host")
 CREATED_PATTERN = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?Z$")
-#: The largest magnitude of any number in the store (the recorded runs stay below 1e19: byte and
-#: FLOP counts, clocks); a larger one, or an integer of more digits than this allows, is damage.
+#: The largest magnitude of an integer in the store (the recorded runs stay below 1e13: byte and
+#: FLOP counts, clocks); a larger one is damage, refused while parsing, before it is built. (A
+#: float is bounded by being finite: a failed check's error may be as large as float32 garbage.)
 NUMBER_BOUND = 10 ** 30
 #: The longest name a page shows in a banner or a table cell (a device, a commit, a step, a
 #: metric): the recorded ones are under 30 characters.
@@ -47,8 +49,11 @@ def _is_text(value) -> bool:
 
 
 def _is_finite(value) -> bool:
-    """A JSON number that is a real measurement: not a bool, not NaN, not infinite, within the bound."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= NUMBER_BOUND
+    """A JSON number that is a real measurement: not a bool, not NaN, not infinite, an integer
+    within the bound."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) <= NUMBER_BOUND if isinstance(value, int) else math.isfinite(value)
 
 
 
@@ -66,9 +71,9 @@ def _bounded_int(text: str) -> int:
 
 def _bounded_float(text: str) -> float:
     value = float(text)
-    if not abs(value) <= NUMBER_BOUND:  # an exponent such as 1e999 reads as infinity
+    if not math.isfinite(value):  # an exponent such as 1e999 reads as infinity
         shown = text if len(text) <= 24 else f"{text[:12]}..."
-        raise _Unbounded(f"holds the number {shown}, beyond the bound of {NUMBER_BOUND:.0e} on any number")
+        raise _Unbounded(f"holds the number {shown}, which is not finite")
     return value
 
 
@@ -87,16 +92,20 @@ def loads(text: str | bytes, path: Path):
         raise _bad(path, "is empty" if not text else f"is not valid JSON ({exc})") from None
 
 
-def _out_of_bounds(value, where: str = "") -> str | None:
-    """Where in ``value`` (a parsed or a to-be-written file) a number lies beyond the bound, or
-    None. NaN is left to the field checks (a failed check's error may be NaN)."""
+def _out_of_bounds(value, where: str = "", nonfinite_ok: bool = False) -> str | None:
+    """Where in ``value`` (a parsed or a to-be-written file) a number is not finite or an integer
+    lies beyond the bound, or None (``nonfinite_ok``: NaN and infinities pass, as a failed check's
+    error may be either)."""
     stack = [(value, where)]
     while stack:
         item, at = stack.pop()
         if isinstance(item, bool) or item is None or isinstance(item, str):
             continue
-        if isinstance(item, (int, float)):
+        if isinstance(item, int):
             if abs(item) > NUMBER_BOUND:
+                return at or "a value"
+        elif isinstance(item, float):
+            if not math.isfinite(item) and not nonfinite_ok:
                 return at or "a value"
         elif isinstance(item, dict):
             stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in item.items())
@@ -105,10 +114,10 @@ def _out_of_bounds(value, where: str = "") -> str | None:
     return None
 
 
-def _check_bounds(value, path: Path) -> None:
-    where = _out_of_bounds(value)
+def _check_bounds(value, path: Path, nonfinite_ok: bool = False) -> None:
+    where = _out_of_bounds(value, nonfinite_ok=nonfinite_ok)
     if where is not None:
-        raise _bad(path, f"{where} is a number beyond the bound of {NUMBER_BOUND:.0e} (or infinite)")
+        raise _bad(path, f"{where} is not a finite number, or an integer beyond the bound of {NUMBER_BOUND:.0e}")
 
 
 def _short(text: str, what: str, path: Path) -> None:
@@ -299,7 +308,10 @@ def validate_check(check: Any, path: Path, index: int) -> dict:
 def validate_part(part: Any, path: Path) -> dict:
     if not isinstance(part, dict):
         raise _bad(path, "the part is not a JSON object")
-    _check_bounds(part, path)
+    # Every number finite and bounded, but for the checks' error measures (NaN or infinite when a
+    # kernel wrote NaN: the check fails and says so).
+    _check_bounds({key: value for key, value in part.items() if key != "checks"}, path)
+    _check_bounds(part.get("checks"), path, nonfinite_ok=True)
     for key in ("schema", "run_id", "name", "study", "mode", "records", "checks"):
         if key not in part:
             raise _bad(path, f"missing key {key!r}")

@@ -235,3 +235,20 @@ def test_a_name_too_long_to_show_is_damage(results_root, capsys, where):
     assert len(problems) == 1 and str(path) in problems[0] and "characters" in problems[0]
     assert len(problems[0]) < 1500
     _every_reader_skips(path, capsys)
+
+
+def test_only_a_failed_checks_error_may_be_nan_or_infinite(results_root, capsys):
+    """A kernel that wrote NaN fails its check with a NaN or infinite error, which is recorded; a
+    NaN or an infinity anywhere else in a part is damage."""
+    run = results.create_run({"device": {"name": "GPU"}, "commit": "c", "host": "h"})
+    failed = [{"label": "C1", "passed": False, "rel_l2_error": float("inf"), "max_abs_error": float("nan")}]
+    run.write_part("lenet-x", "lenet", [results.record("lenet", "x", "C1", 1, "correct", 0.0)], failed)
+    assert run.read_part("lenet-x")["checks"][0]["passed"] is False and results.check_store() == []
+    for extra in ({"rows": [{"gflops": float("nan")}]}, {"peak": float("-inf")}):
+        with pytest.raises(ResultsError, match="finite"):
+            run.write_part("lenet-y", "lenet", [], extra=extra)
+        path = run.part_path("lenet-y")
+        part = {"schema": 1, "run_id": run.run_id, "name": "lenet-y", "study": "lenet", "mode": "measure",
+                "records": [], "checks": [], "extra": extra}
+        path.write_text(json.dumps(part))
+        assert len(results.check_store()) == 1 and "finite" in results.check_store()[0]
