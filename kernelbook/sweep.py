@@ -229,9 +229,14 @@ def run_sweep(study, sweep: Sweep, *, mode: str = "auto", run_id: str | None = N
     # A replay warns of what the reader set: sizes left to the sweep or the study are whatever the
     # recording was made with (the study's default sizes may since hold one more).
     asked = {k: v for k, v in parameters.items() if not (k == study.size_name and given is None)}
+    def runs_here() -> tuple[bool, str]:   # an older GPU shows the recorded sweep of a Hopper step
+        from .capability import runs_here
+
+        return runs_here(study.impl(sweep.step), [])
+
     recording = session_mod.recorded(study.part(sweep.step, "grid"), study.name, measure, parameters=parameters,
                                      mode=mode, run_id=run_id, replay_run=replay_run, required=required,
-                                     compare=asked)
+                                     compare=asked, available=runs_here)
     return SweepResult(sweep.step, recording, tuple(study.cases))
 
 
