@@ -823,3 +823,51 @@ def test_more_workers_than_cores_are_capped_with_a_message(book, tmp_path, monke
                   mode="replay", workers=999)
     assert asked["workers"] == 2
     assert lines == ["--workers 999 is more than this machine's 2 core(s): using 2 worker process(es)."]
+
+
+
+KILLED_CLIENT = """
+import sys
+from pathlib import Path
+from kernelbook.batch import run_batch
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1])
+    run_batch(toc=root / "_toc.yml", book_root=root / "book", out_dir=root / "out", mode="replay",
+              workers=int(sys.argv[2]), force=True, log=lambda line: print(line, flush=True))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers, how", [(1, "SIGKILL"), (2, "SIGTERM")])
+def test_a_killed_batch_leaves_every_earlier_notebook_buildable(tmp_path, no_gpu, workers, how):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from kernelbook.build import stage_book
+    from tinybook import GOOD
+
+    book = make_book(tmp_path / "tiny", with_bad=False)
+    toc = book / "_toc.yml"
+    for n in range(3):
+        (book / "book" / "part" / f"slow{n}.md").write_text(GOOD.replace(
+            "print(f", f"import time\nopen('started-{n}', 'w').close()\ntime.sleep(4)\nprint(f"))
+        toc.write_text(toc.read_text() + f"      - file: book/part/slow{n}\n")
+    report, _ = _run(book, book / "out", mode="replay", workers=1)
+    assert report.ok
+    for marker in (book / "book" / "part").glob("started-*"):
+        marker.unlink()
+    script = tmp_path / "client.py"
+    script.write_text(KILLED_CLIENT)
+    client = subprocess.Popen([sys.executable, str(script), str(book), str(workers)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env={**os.environ, "KERNELBOOK_NO_GPU": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((book / "book" / "part").glob("started-*")):
+        time.sleep(0.2)
+    client.send_signal(getattr(signal, how))
+    client.wait(timeout=60)
+    saved = {nb["name"]: nb for nb in json.loads((book / "out" / "batch.json").read_text())["notebooks"]}
+    assert len(saved) == 4 and all(nb["status"] == "ok" for nb in saved.values()), saved
+    stage_book(book / "out", tmp_path / "stage", toc=toc, config=book / "_config.yml", book_root=book / "book")
