@@ -6,7 +6,8 @@ The build (``kernelbook.build``) stages a copy of every executed notebook; befor
 - **Only the outputs the book makes.** Its HTML comes from two places: the tables (a pandas
   ``Styler``: ``<style>``, ``<table>`` and its parts, ``<span>``) and the kernel sources
   (``report.SourceBlock``: ``<details>``, ``<summary>``, ``<code>``, ``<div>``, ``<pre>``,
-  ``<span>`` from Pygments), with the attributes ``class``, ``id`` and ``type``. Its Markdown is
+  ``<span>`` from Pygments), with the attributes ``class``, ``id`` and ``type``; and the figures
+  (``plots.figure_html``: a ``<picture>`` whose ``<source>`` and ``<img>`` hold inline PNGs only). Its Markdown is
   escaped text, code spans and fences. Any other tag, attribute, raw block, directive or mime type
   (a script, an iframe, ``application/javascript``, SVG) is an output the book did not make: it is
   removed, and reported so that a strict build refuses it.
@@ -28,8 +29,11 @@ from pathlib import Path
 
 #: The tags and attributes of the book's own HTML outputs (pandas Styler tables, kernel sources).
 HTML_TAGS = frozenset({"style", "table", "caption", "thead", "tbody", "tfoot", "tr", "th", "td", "span",
-                       "div", "details", "summary", "code", "pre", "br"})
-HTML_ATTRIBUTES = frozenset({"class", "id", "type", "colspan", "rowspan", "title"})
+                       "div", "details", "summary", "code", "pre", "br", "picture", "source", "img"})
+HTML_ATTRIBUTES = frozenset({"class", "id", "type", "colspan", "rowspan", "title", "media", "srcset", "src", "alt"})
+#: A figure (``plots.figure_html``: a <picture> of two PNGs) carries its images inline, nothing else.
+_IMAGE_ATTRIBUTES = {"src", "srcset"}
+_INLINE_PNG = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]*")
 #: What a stylesheet of a table may not do: fetch anything, or run anything.
 _CSS_FORBIDDEN = re.compile(r"@import|url\s*\(|expression\s*\(|javascript:|behavior\s*:", re.IGNORECASE)
 #: Mime types a page may show (myst-nb picks text/html first, then images, Markdown, plain text).
@@ -58,6 +62,10 @@ class _HtmlCheck(HTMLParser):
                 self.problems.append(f"the attribute {name}= on <{tag}>")
             elif name == "type" and (tag != "style" or (value or "").lower() != "text/css"):
                 self.problems.append(f"type={value!r} on <{tag}>")
+            elif name in _IMAGE_ATTRIBUTES and not (tag in ("img", "source") and _INLINE_PNG.fullmatch(value or "")):
+                self.problems.append(f"{name}= other than an inline PNG on <{tag}>")
+            elif name == "media" and tag != "source":
+                self.problems.append(f"media= on <{tag}>")
         self.in_style = tag == "style"
 
     handle_startendtag = handle_starttag

@@ -152,3 +152,16 @@ def test_figure_faults_find_what_a_reader_cannot_tell_apart():
     fig.tight_layout(rect=(0, 0.3, 1, 1))
     assert figure_faults(fig) == []
     plt.close(fig)
+
+
+def test_a_figure_is_published_and_an_image_from_elsewhere_is_not():
+    from kernelbook.publish import html_problems
+
+    png = "data:image/png;base64,iVBORw0KGgo="
+    figure = (f'<picture class="kernelbook-figure"><source media="(max-width: 600px)" srcset="{png}">'
+              f'<img src="{png}" alt="a title"></picture>')
+    assert html_problems(figure) == []
+    assert html_problems('<img src="https://evil.example/x.png">')
+    assert html_problems('<img src="data:image/svg+xml;base64,PHN2Zz4=">')
+    assert html_problems(f'<img src="{png}" onerror="alert(1)">')
+    assert html_problems('<div media="print">x</div>')
