@@ -219,20 +219,45 @@ def run_batch(
     _check_writable(out_dir)
 
     with tempfile.TemporaryDirectory(prefix="kernelbook-batch-") as tmp:
-        # Convert and check every notebook first: a typo in -p should cost seconds, not a
-        # half-measured batch.
-        prepared, entries = [], []
+        injected_for_inputs = {**parameters, "mode": mode, "run_id": run_id if given_run_id else None}
+        replaying = not measuring and not scheduler  # a cluster's workers may measure: decided below
+        shared = shared_inputs(mode, kernel_name) if replaying else None
+        entries = []
         for source in notebooks:
             name = notebook_name(source, book_root)
-            nb = _load_source(source)
-            ipynb = Path(tmp) / f"{name}.ipynb"
-            ipynb.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(nb, ipynb)
-            _check_parameters(name, source, ipynb, nb, parameters)
-            output = out_dir / f"{name}.ipynb"
-            prepared.append((source, ipynb, output))
-            entries.append(NotebookResult(name=name, path=_relative(source), output=_relative(output),
-                                          source_sha256=source_digest(source)))
+            entry = NotebookResult(name=name, path=_relative(source), output=_relative(out_dir / f"{name}.ipynb"),
+                                   source_sha256=source_digest(source))
+            if shared is not None:
+                entry.inputs_sha256 = inputs_digest(shared, entry, source, book_root, injected_for_inputs)
+            entries.append(entry)
+        prepared: list = [None] * len(notebooks)
+
+        def keeps(earlier: list[NotebookResult]) -> dict[int, NotebookResult]:
+            """The notebooks whose last execution stands (their inputs and executed files unchanged)."""
+            if force or shared is None:
+                return {}
+            by_name = {entry.name: entry for entry in earlier}
+            return {index: by_name[entry.name] for index, entry in enumerate(entries)
+                    if unchanged(by_name.get(entry.name), entry, out_dir / f"{entry.name}.ipynb")}
+
+        def prepare(indices) -> None:
+            """Convert and check the notebooks to execute (a kept one ran with these very parameters)."""
+            for index in indices:
+                if prepared[index] is not None:
+                    continue
+                source, name = notebooks[index], entries[index].name
+                nb = _load_source(source)
+                ipynb = Path(tmp) / f"{name}.ipynb"
+                ipynb.parent.mkdir(parents=True, exist_ok=True)
+                nbformat.write(nb, ipynb)
+                _check_parameters(name, source, ipynb, nb, parameters)
+                prepared[index] = (source, ipynb, out_dir / f"{name}.ipynb")
+
+        # Convert and check every notebook to execute first: a typo in -p should cost seconds, not
+        # a half-measured batch.
+        before_lock = _earlier(out_dir)
+        foreseen = keeps(before_lock)
+        prepare(i for i in range(len(notebooks)) if i not in foreseen)
         if not measuring and not scheduler:
             _refuse_empty_store(notebooks)
 
@@ -240,16 +265,11 @@ def run_batch(
         lock = _batch_lock(out_dir).__enter__()
         engine = None
         try:
-            earlier = _earlier(out_dir)  # read under the lock: no batch finishes in between
-            kept: dict[int, NotebookResult] = {}
-            if not measuring and not scheduler:  # a cluster's workers may measure: decided below
-                shared = shared_inputs(mode, kernel_name)
-                by_name = {entry.name: entry for entry in earlier}
-                for index, ((source, _, output), entry) in enumerate(zip(prepared, entries)):
-                    entry.inputs_sha256 = inputs_digest(shared, entry, source, book_root, {
-                        **parameters, "mode": mode, "run_id": run_id if given_run_id else None})
-                    if not force and unchanged(by_name.get(entry.name), entry, output):
-                        kept[index] = by_name[entry.name]
+            earlier = _earlier(out_dir)  # read again under the lock: no batch finishes in between
+            kept = foreseen if earlier == before_lock else keeps(earlier)
+            prepare(i for i in range(len(notebooks)) if i not in kept)  # one another batch changed meanwhile
+            for index in kept:
+                prepared[index] = (notebooks[index], None, out_dir / f"{entries[index].name}.ipynb")
             if kept and len(kept) == len(entries):  # nothing to execute: no cluster to start
                 gpus, scheduler, workers = None, None, 1
             elif kept and workers is not None and gpus is None and not scheduler:
