@@ -188,9 +188,7 @@ def step_chart(study):
 def devices(study):
     """Each device's recording of every step (rows: step and case, columns: devices)."""
     by_device: dict = {}
-    for run in results.list_runs():
-        if results.is_candidate(run):  # a development candidate stands in for a step; it is cited by id only
-            continue
+    for run in (r for r in results.list_runs() if not results.is_candidate(r)):   # (a candidate: cited by id)
         for slug in study.steps.slugs():
             part = results.readable_part(run, study.part(slug))
             if part is None:
