@@ -38,7 +38,11 @@ compiled (``prepare``), which kernels the profilers and the compiler report look
             x, k = operands
             return (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K))
 
-(Steps written before this rule describe their launches in their own ``launch``/``validate``.)
+Pre-work is declared too: an ``Upload`` in the list copies an operand to constant memory before
+the launches after it, a ``LibraryCall`` calls a vendor library (cuBLAS) among them; ``operands`` turns the caller's operands into the launches' (weights packed
+once and cached, a workspace for the call); ``handoff`` runs another step's launches for a case it
+hands on. ``launch`` is the core's, the same for every step (``tests/test_declared_launches.py``
+names the few that still launch by hand, and why).
 """
 
 from __future__ import annotations
@@ -76,6 +80,35 @@ class Launch:
     #: Which of a step's launches this is, for ``launch_args`` when one kernel is launched more
     #: than once with other arguments (e.g. "layer2"); empty when the kernel name says it.
     key: str = ""
+    #: Which of the step's own streams (``StepImpl.streams``) it runs on; None: the caller's.
+    stream: int | None = None
+
+
+@dataclass(frozen=True)
+class Upload:
+    """Pre-work as data, one of a step's ``launches``: copy operand ``operand`` (a float32 array)
+    into the ``__constant__`` symbol ``symbol`` of the step's build, ordered on the call's stream
+    before the launches after it; ``padded_bytes`` larger than the operand's bytes zeroes the rest
+    of the symbol up to it (a last group's padding)."""
+
+    symbol: str
+    operand: int = 1
+    padded_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class LibraryCall:
+    """A vendor-library call as data, one of a step's ``launches`` (cuBLAS through ``cupy.matmul``):
+    the library picks and launches its own kernels; the step makes the call (``library_call``),
+    on the call's stream, in its place among the launches. ``key`` says which one it is."""
+
+    name: str
+    key: str = ""
+
+
+def kernel_launches(declared) -> list[Launch]:
+    """The kernel launches among a step's declared ``launches`` (its uploads left out)."""
+    return [item for item in declared or [] if isinstance(item, Launch)]
 
 
 _SET: dict = {}  # (id(kernel), attribute) -> (kernel, value) last set
@@ -102,7 +135,8 @@ def opt_in(kernel, launch: "Launch") -> None:
 
 
 class StepImpl:
-    """Base of every step's implementation. Subclasses set the class attributes and ``launch``."""
+    """Base of every step's implementation. Subclasses set the class attributes and declare their
+    launches (``launches``, ``launch_args``); ``launch`` is the core's, the same for every step."""
 
     kernel_names: ClassVar[tuple[str, ...]] = ()
     defaults: ClassVar[dict] = {}        # every parameter a caller may set, with its default
@@ -111,7 +145,7 @@ class StepImpl:
     #: chapter (the MLP's 3xFP16 step 15): the range test (``claims_fp32_range``) is not its claim.
     full_range: ClassVar[bool] = True
     precision: ClassVar[str] = "fp32"
-    graph_capturable: ClassVar[bool] = True  # False when launch() uses streams of its own
+    graph_capturable: ClassVar[bool] = True  # False when its launches use streams of their own
     #: The arithmetic unit the step's products run on, for its floor: fp32 (CUDA cores), fp16x2
     #: (__half2 on CUDA cores), tf32 or fp16 (tensor cores), 3xtf32 or 3xfp16 (three tensor-core
     #: products per product, for FP32 accuracy), tf32+2xbf16 (one TF32 and two BF16 products).
@@ -158,9 +192,38 @@ class StepImpl:
 
     # ------------------------------------------------------------------ launches as data
 
-    def launches(self, problem, params: dict) -> list[Launch] | None:
-        """The step's launches for ``problem``, in order (None: the step launches by hand)."""
+    def launches(self, problem, params: dict) -> list[Launch | Upload | LibraryCall] | None:
+        """The step's launches for ``problem``, in order: kernel launches, the uploads before them
+        and library calls among them (None: the step launches by hand)."""
         return None
+
+    def operands(self, operands: tuple, problem, params: dict, stream=None) -> tuple:
+        """The operands the declared launches take, from the caller's: pre-work that launches
+        nothing (weights packed once and cached, a workspace for this call). Default: as given."""
+        return operands
+
+    def handoff(self, problem, params: dict, y, operands: tuple) -> tuple["StepImpl", dict] | None:
+        """``(step, its params)`` when this call runs another step's launches instead (a step that
+        hands a case to an earlier step's kernel, ``self.other(slug)``); None: its own."""
+        return None
+
+    def streams(self, params: dict) -> tuple:
+        """The step's own streams, for launches that name one (``Launch.stream``); default none."""
+        return ()
+
+    def library_call(self, call: LibraryCall, y, operands: tuple, problem, params: dict, stream=None) -> None:
+        """Make one declared ``LibraryCall`` on ``stream`` (a step that declares one says how)."""
+        raise NotImplementedError(f"step {self.slug!r} declares a library call but no library_call()")
+
+    def upload(self, upload: Upload, array, problem, params: dict, stream=None) -> None:
+        """Run one declared ``Upload``: the copy, then the padding's zeros, ordered on ``stream``."""
+        from . import kernels
+
+        module = kernels.get_module(self.source, self.defines(params, problem))
+        nbytes = 4 * array.size
+        kernels.upload_constant(module, upload.symbol, array, nbytes, stream)
+        if upload.padded_bytes > nbytes:
+            (module.get_global(upload.symbol) + nbytes).memset_async(0, upload.padded_bytes - nbytes, stream)
 
     def launch_args(self, launch: Launch, y, operands: tuple, problem, params: dict) -> tuple:
         """The kernel arguments of one of ``launches`` (a step that declares launches says)."""
@@ -171,7 +234,7 @@ class StepImpl:
         of the step's launches, in this order; default all of them)."""
         from . import limits
 
-        for launch in (self.launches(problem, params) or []) if launches is None else launches:
+        for launch in kernel_launches(self.launches(problem, params) if launches is None else launches):
             what = f"Step {self.slug!r}: {launch.kernel}"
             limits.check_launch(launch.grid, launch.block, launch.dynamic_smem, launch.static_smem, what=what)
             if launch.min_blocks:
@@ -181,17 +244,45 @@ class StepImpl:
                     threads *= size
                 limits.check_launch_bounds(threads, launch.min_blocks, what=what)
 
-    def launch(self, y, *operands_problem_params, stream=None) -> None:
-        """Enqueue the declared launches: ``launch(y, *operands, problem, params)``."""
+    def launch(self, y, *operands_problem_params, stream=None):
+        """Enqueue the declared launches: ``launch(y, *operands, problem, params)``, the same for
+        every step (a step declares; it does not override this): the hand-off, the operands'
+        pre-work, then each upload and kernel launch in order, on ``stream``. Returns ``y``."""
         *operands, problem, params = operands_problem_params
+        handed = self.handoff(problem, params, y, tuple(operands))
+        if handed is not None:
+            other, other_params = handed
+            return other.launch(y, *operands, problem, other_params, stream=stream)
         declared = self.launches(problem, params)
         if declared is None:
-            raise NotImplementedError(f"step {self.slug!r} declares no launches and has no launch()")
+            raise NotImplementedError(f"step {self.slug!r} declares no launches")
+        self.run_launches(declared, y, self.operands(tuple(operands), problem, params, stream), problem, params,
+                          stream)
+        return y
+
+    def run_launches(self, declared: list, y, operands: tuple, problem, params: dict, stream=None) -> None:
+        """Each of ``declared`` in order on ``stream``: an ``Upload`` copies, a ``LibraryCall`` calls
+        the library, a ``Launch`` launches (on one of the step's own streams when it names one, after
+        the caller's stream has finished what came before: an upload it reads)."""
+        own, waited = None, stream is None
         for launch in declared:
+            if isinstance(launch, Upload):
+                self.upload(launch, operands[launch.operand], problem, params, stream)
+                continue
+            if isinstance(launch, LibraryCall):
+                self.library_call(launch, y, operands, problem, params, stream)
+                continue
+            on = stream
+            if launch.stream is not None:
+                if not waited:
+                    stream.synchronize()
+                    waited = True
+                own = self.streams(params) if own is None else own
+                on = own[launch.stream]
             kernel = self.kernel(launch.kernel, params, problem)
             opt_in(kernel, launch)
-            kernel(launch.grid, launch.block, self.launch_args(launch, y, tuple(operands), problem, params),
-                   shared_mem=launch.dynamic_smem, stream=stream)
+            kernel(launch.grid, launch.block, self.launch_args(launch, y, operands, problem, params),
+                   shared_mem=launch.dynamic_smem, stream=on)
 
     def validate(self, problem, params: dict) -> None:
         """Raise ``ParameterError``/``ShapeError``/``LaunchLimitError``; called before any launch.
@@ -204,7 +295,7 @@ class StepImpl:
     def kernels_for(self, params: dict, problem) -> tuple[str, ...] | None:
         """The kernels a launch for ``problem`` runs (None: every kernel of the build). A file may
         hold kernels of other paths that compile as stubs; their resources are no evidence."""
-        declared = self.launches(problem, params)
+        declared = kernel_launches(self.launches(problem, params))
         return tuple(dict.fromkeys(launch.kernel for launch in declared)) if declared else None
 
     def source_for(self, params: dict, problem) -> str:
@@ -219,7 +310,7 @@ class StepImpl:
 
     def prepare(self, params: dict, problem) -> None:
         """Compile everything ``launch`` needs for ``problem``, so compiling stays out of timings."""
-        declared = self.launches(problem, params)
+        declared = kernel_launches(self.launches(problem, params))
         for name in dict.fromkeys(launch.kernel for launch in declared) if declared else self.kernel_names:
             self.kernel(name, params, problem)
 

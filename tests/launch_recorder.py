@@ -31,6 +31,9 @@ class Named:
     def __getitem__(self, key):   # a chunk of the batch: y[start:stop]
         return Named(f"{self.name}[{key.start}:{key.stop}]")
 
+    def reshape(self, *shape):   # a view of another shape: y.reshape(B, M, HW)
+        return Named(f"{self.name}.reshape{tuple(int(n) for n in shape)}")
+
 
 #: The streams made current by ``with stream:`` (CuPy launches on the current stream when a call
 #: names none): the fakes record the stream a launch, copy or memset is really ordered on.
@@ -247,12 +250,15 @@ def _patch(impl, log, monkeypatch, compiled, own_kernel=False):
                 return allocated[-1]
 
             monkeypatch.setattr(cupy, "empty", empty)
+            # cuBLAS through CuPy (step 08): each product is a logged event, on the current stream
+            monkeypatch.setattr(cupy, "matmul", lambda a, b, out=None: log.append(
+                {"library": "matmul", "args": [encode(a), encode(b)], "out": encode(out), **_on(None)}))
         if hasattr(target, "chunks"):   # LeNet's streams step: its pool of streams, by name
             from kernelbook.lenet import streams
 
             monkeypatch.setattr(streams, "stream_pool", lambda n: [Named(f"stream{i}") for i in range(n)])
         if hasattr(target, "upload_mask"):   # LeNet's constant-memory steps: the copy is a logged event
-            monkeypatch.setattr(target, "upload_mask", lambda k, params, shape, stream=None, t=target: log.append(
+            monkeypatch.setattr(target, "upload", lambda upload, k, shape, params, stream=None, t=target: log.append(
                 {"upload": encode(k), "defines": {a: b for a, b in sorted(t.defines(params, shape).items())}}))
 
 
@@ -288,6 +294,8 @@ def mlp_cases():
                   {"small_kernel": "nope"}, {"switch_columns": 0}, {"large_m_tiles": 3}],
         "fp32-register-tiled": [{}, {"warps": 8, "ring": 8}, {"warps": 1, "ring": 4, "blocks_per_sm": 32},
                                 {"ring": 2}, {"ring": 3}, {"warps": 9}],
+        "final-full-range": [{}, {"warps": 16, "m_tiles": 2, "blocks_per_sm": 1}, {"warps": 1, "blocks_per_sm": 4},
+                             {"m_tiles": 3}, {"warps": 17}],
         "tensor-core-fp16-tma": [{}, {"switch_columns": 0},
                                  {"ring_warps": 8, "ring_slots": 3, "ring_blocks_per_sm": 1, "stage_warps": 4,
                                   "stages": 4, "stage_blocks_per_sm": 2, "l2_promotion": 128, "switch_columns": 4096},
@@ -382,6 +390,9 @@ def lenet_cases():
                  {"tile": 32, "workspace_mib": 2048}, {"tile": 0}, {"workspace_mib": -1}):
         for s in chunked:
             yield "lenet", STEPS.impl("unroll-matmul"), dict(zip("BMCHWK", s)), over
+    for over in ({}, {"workspace_mib": 4}, {"workspace_mib": None}, {"workspace_mib": 1}, {"workspace_mib": -1}):
+        for s in chunked:
+            yield "lenet", STEPS.impl("cublas"), dict(zip("BMCHWK", s)), over
     # the Hopper steps: persistent grids from the (fake) device's SM count and occupancy, C1 on
     # step 14's kernel (hopper-final), the generic fallback, and their refusals
     for over in ({}, {"c1_path": "tensor"}, {"c1_path": "direct"}, {"blocks_per_sm": 1},

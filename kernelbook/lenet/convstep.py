@@ -2,11 +2,12 @@
 
 A step knows which source and compile-time parameters it builds with (``defines``), which shapes it
 can take (``check_params``, then the declared launches' limits: ``validate`` refuses with a clear
-error *before* any launch), and how to launch: its ``launches`` and ``launch_args`` as data (steps
-00-07 and 09-16; the core's ``StepImpl.launch`` runs them, after a constant-memory step has copied
-its mask, or the chunked step allocated its workspace; the Hopper steps 15-16 read their persistent
-grid from the device once per shape, parameters and device), or a ``launch`` of its own (step 08,
-whose matmul is cuBLAS's; the streams step spreads the declared launch over chunks). Its slug, title and
+error *before* any launch), and how to launch: its ``launches`` and ``launch_args`` as data, the
+core's ``StepImpl.launch`` running them (a constant-memory step's mask copy is an ``Upload`` in the
+list, the chunked step's workspace its ``operands``, step 15 hands step 14's shapes to it with
+``handoff``, step 08's cuBLAS products are ``LibraryCall``s between its im2col launches, step 05's
+chunks name the step's own streams (``Launch.stream``); the Hopper steps 15-16 read their
+persistent grid from the device once per shape, parameters and device). Its slug, title and
 ``.cu`` file come from the study's step list (``steps.py``). ``tests/test_declared_launches.py``
 holds the declared launches to those the hand-written ones made before (a recorded table).
 """
@@ -52,9 +53,9 @@ class ConvStep(StepImpl):
         return (y, x, k, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K))
 
     # launch(y, x, k, shape, params, stream=None): a step declares ``launches`` and ``launch_args``
-    # (the core's ``StepImpl.launch`` runs them), or writes ``launch`` by hand (step 08; 05, 06, 14 and 15 wrap the declared launches).
+    # (the core's ``StepImpl.launch`` runs them, the same for every step).
 
-    graph_capturable: ClassVar[bool] = True  # False when launch() uses streams of its own
+    graph_capturable: ClassVar[bool] = True  # False when its launches use streams of their own
 
     def layer_round_trip(self, k, x_host, shape: ConvShape, params: dict):
         """A callable for Layer Time: host input -> device -> kernel(s) -> host output.

@@ -5,11 +5,13 @@ Each class is one registry entry and one ``kernels/lenet/NN_*.cu`` file, in book
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from .. import limits
-from ..steps import Launch, StepImpl
+from ..steps import Launch, Upload
 from .convstep import GRID_YZ_MAX, ConvShape, ConvStep, ceil_div, int32
 
 CONST_CAPACITY = 16384         # floats: the 64 KiB constant bank available to user data
@@ -46,21 +48,22 @@ class ConstantMask(ConvStep):
             raise LaunchLimitError(f"M={shape.M} goes to grid y, which stops at {GRID_YZ_MAX}.",
                              f"split the maps into groups of at most {GRID_YZ_MAX}.")
 
-    def upload_mask(self, k, params: dict, shape: ConvShape, stream=None) -> None:
-        """Copy k into the module's constant bank, ordered on ``stream`` before the launch."""
-        from .. import kernels
+    MASK = Upload("k_const", 1)   # k into the module's constant bank, before the kernel
 
-        module = kernels.get_module(self.source, self.defines(params, shape))
-        kernels.upload_constant(module, "k_const", k, k.nbytes, stream)
+    def launches(self, shape: ConvShape, params: dict) -> list:
+        """The mask's copy to constant memory, then the kernel's launches (``conv_launches``)."""
+        return [self.MASK, *self.conv_launches(shape, params)]
+
+    def conv_launches(self, shape: ConvShape, params: dict) -> list[Launch]:
+        raise NotImplementedError
+
+    def upload_mask(self, k, params: dict, shape: ConvShape, stream=None) -> None:
+        """The mask's copy alone, ordered on ``stream`` (the streams step's pipeline copies it once)."""
+        self.upload(self.MASK, k, shape, params, stream)
 
     def launch_args(self, launch, y, operands, shape: ConvShape, params: dict) -> tuple:
         x, _ = operands   # the mask is in constant memory
         return (y, x, *int32(shape.B, shape.M, shape.C, shape.H, shape.W, shape.K))
-
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        """Copy the mask to constant memory, then the declared launches."""
-        self.upload_mask(k, params, shape, stream)
-        StepImpl.launch(self, y, x, k, shape, params, stream=stream)
 
 
 class ConstantMemory(ConstantMask):
@@ -84,7 +87,7 @@ class ConstantMemory(ConstantMask):
             raise LaunchLimitError(f"B={shape.B} goes to grid z, which stops at {GRID_YZ_MAX}.",
                              f"split the batch into chunks of at most {GRID_YZ_MAX} images.")
 
-    def launches(self, shape, params):
+    def conv_launches(self, shape, params):
         tile = params["tile_width"]
         tiles = ceil_div(shape.H_out, tile) * ceil_div(shape.W_out, tile)
         return [Launch(self.kernel_names[0], (tiles, shape.M, shape.B), (tile, tile, 1))]
@@ -119,7 +122,7 @@ class Sweep(ConstantMask):
             raise LaunchLimitError(f"B={shape.B} needs more than {GRID_YZ_MAX} blocks in grid z.",
                              "raise imgs_per_block or split the batch.")
 
-    def launches(self, shape, params):
+    def conv_launches(self, shape, params):
         tw, th = params["tile_w"], params["tile_h"]
         per, imgs = params["out_per_thread"], params["imgs_per_block"]
         tiles = ceil_div(shape.H_out, th) * ceil_div(shape.W_out, tw * per)
@@ -181,7 +184,7 @@ class Tiled(TiledBase):
         return {"TILE_WIDTH": params["tile_width"], "IMGS_PER_BLOCK": params["imgs_per_block"],
                 "CONST_CAPACITY": CONST_CAPACITY}
 
-    def launches(self, shape, params):
+    def conv_launches(self, shape, params):
         grid, block = self.grid_block(shape, params)
         return [Launch(self.kernel_names[0], grid, block, dynamic_smem=self.patch_bytes(shape, params))]
 
@@ -199,7 +202,7 @@ class RestrictUnroll(TiledBase):
         return {"TILE_WIDTH": params["tile_width"], "IMGS_PER_BLOCK": params["imgs_per_block"],
                 "KSIZE": shape.K, "CONST_CAPACITY": CONST_CAPACITY}
 
-    def launches(self, shape, params):
+    def conv_launches(self, shape, params):
         grid, block = self.grid_block(shape, params)
         return [Launch(self.kernel_names[0], grid, block)]
 
@@ -209,7 +212,7 @@ class RestrictUnroll(TiledBase):
 
     def launch_kernel(self, y, x, shape, params, stream=None):
         """The kernel alone (the mask already in constant memory)."""
-        StepImpl.launch(self, y, x, None, shape, params, stream=stream)
+        self.run_launches(self.conv_launches(shape, params), y, (x, None), shape, params, stream)
 
 
 class Streams(RestrictUnroll):
@@ -245,14 +248,25 @@ class Streams(RestrictUnroll):
         size = math.ceil(batch / pieces)
         return [(start, min(start + size, batch)) for start in range(0, batch, size)]
 
-    def launch(self, y, x, k, shape, params, stream=None):
-        """Op Time: the chunks' kernels spread over the streams, data already on the device."""
+    def streams(self, params: dict) -> tuple:
         from .streams import stream_pool
 
-        self.upload_mask(k, params, shape, stream)
-        if stream is not None:
-            stream.synchronize()  # the mask copy must land before other streams read it
-        pool = stream_pool(params["n_streams"])
+        return stream_pool(params["n_streams"])
+
+    def launches(self, shape, params):
+        """Op Time: the mask's copy, then one launch per chunk of images (its ``key``: start:stop),
+        spread over the step's streams, the data already on the device."""
+        out = [self.MASK]
         for i, (start, stop) in enumerate(self.chunks(shape.B, params)):
-            part = ConvShape(stop - start, shape.M, shape.C, shape.H, shape.W, shape.K)
-            self.launch_kernel(y[start:stop], x[start:stop], part, params, pool[i % len(pool)])
+            (one,) = self.conv_launches(self.part(shape, start, stop), params)
+            out.append(dataclasses.replace(one, key=f"{start}:{stop}", stream=i % params["n_streams"]))
+        return out
+
+    @staticmethod
+    def part(shape, start: int, stop: int) -> ConvShape:
+        return ConvShape(stop - start, shape.M, shape.C, shape.H, shape.W, shape.K)
+
+    def launch_args(self, launch, y, operands, shape, params):
+        start, stop = map(int, launch.key.split(":"))
+        x, k = operands
+        return super().launch_args(launch, y[start:stop], (x[start:stop], k), self.part(shape, start, stop), params)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import limits
 from ..errors import LaunchLimitError, ParameterError
-from ..steps import Launch, StepImpl, set_once
+from ..steps import Launch, Upload, set_once
 from .gemm import STATIC_SMEM_MAX, _check_gemm_indices, _choice_param, _int_param
 from .convstep import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvStep, ceil_div, int32
 
@@ -208,9 +208,13 @@ class Specialised(ConvStep):
             return [Launch("conv_fallback", (ceil_div(n, tiles["FB_BN"]), ceil_div(shape.M, tiles["FB_BM"])),
                            (threads,))]
         tensor = plan["kernel"] == "conv_direct_3xtf32"   # its operands in dynamic shared memory
-        return [Launch(plan["kernel"], (shape.B * plan["bands"], plan["groups"]), (plan["threads"],),
-                       dynamic_smem=plan["smem_bytes"] if tensor else 0,
-                       static_smem=0 if tensor else plan["smem_bytes"], min_blocks=plan["min_blocks"])]
+        # constant-memory weights: copied to the module's bank first, the last map group's padding
+        # maps zeroed (two streams running this shape with different weights at once would share it)
+        upload = ([Upload("c_weights", 1, plan["const_bytes"])]
+                  if plan["kernel"] == "conv_direct" and plan["weights"] == "constant" else [])
+        return upload + [Launch(plan["kernel"], (shape.B * plan["bands"], plan["groups"]), (plan["threads"],),
+                                dynamic_smem=plan["smem_bytes"] if tensor else 0,
+                                static_smem=0 if tensor else plan["smem_bytes"], min_blocks=plan["min_blocks"])]
 
     def launch_args(self, launch, y, operands, shape: ConvShape, params: dict) -> tuple:
         x, k = operands
@@ -266,19 +270,4 @@ class Specialised(ConvStep):
             raise LaunchLimitError(f"{plan['groups']} map groups exceed grid y ({GRID_YZ_MAX}).",
                              "raise maps_per_thread.")
 
-    # -- launch
-
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        """Constant-memory weights first (copied to the module's bank, its padding zeroed, ordered
-        on ``stream``), then the declared launch."""
-        from .. import kernels
-
-        plan = self.plan(shape, params)
-        if plan["kernel"] == "conv_direct" and plan["weights"] == "constant":
-            # (Two streams running this shape with different weights at once would share the bank.)
-            module = kernels.get_module(self.source, self.defines(params, shape))
-            nbytes = 4 * k.size
-            kernels.upload_constant(module, "c_weights", k, nbytes, stream)
-            if plan["const_bytes"] > nbytes:  # the last map group's padding maps must be zeros
-                (module.get_global("c_weights") + nbytes).memset_async(0, plan["const_bytes"] - nbytes, stream)
-        StepImpl.launch(self, y, x, k, shape, params, stream=stream)
+    

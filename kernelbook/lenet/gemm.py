@@ -17,7 +17,7 @@ import math
 
 from ..limits import H100
 from ..errors import LaunchLimitError, ParameterError, ShapeError
-from ..steps import Launch, StepImpl
+from ..steps import Launch, LibraryCall
 from .convstep import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvStep, ceil_div, int32
 
 STATIC_SMEM_MAX = H100.static_smem_per_block  # bytes of static __shared__ per block without an opt-in
@@ -187,9 +187,8 @@ class UnrollMatmul(_Chunked):
             return (yg, k, xu, *int32(shape.M, shape.C * shape.K * shape.K, nb * hw))
         return (y, yg, *int32(b0, nb, shape.M, hw))
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        """The workspace (one chunk's unrolled input and GEMM output) for this call, then the
-        declared launches on it."""
+    def operands(self, operands, shape: ConvShape, params: dict, stream=None) -> tuple:
+        """x and k, and this call's workspace: one chunk's unrolled input and GEMM output."""
         import cupy as cp
 
         chunk = self.chunk_images(shape, params)
@@ -197,7 +196,7 @@ class UnrollMatmul(_Chunked):
         with _stream_scope(stream):  # the pool hands out memory ordered on this stream
             xu = cp.empty(arrays["xu"], dtype=cp.float32)
             yg = cp.empty(arrays["yg"], dtype=cp.float32)
-        StepImpl.launch(self, y, x, k, xu, yg, shape, params, stream=stream)
+        return (*operands, xu, yg)
 
 
 # ----------------------------------------------------------------------------- 07
@@ -272,23 +271,43 @@ class CublasMatmul(_Chunked):
                              "use fewer maps or a smaller mask.")
         self._validate_workspace(shape, params)
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
+    def launches(self, shape: ConvShape, params: dict) -> list:
+        """Per chunk of images (its first image is the ``key``): our im2col, then cuBLAS's product."""
+        hw = shape.H_out * shape.W_out
+        chunk = self.chunk_images(shape, params)
+        out = []
+        for b0 in range(0, shape.B, chunk):
+            nb = min(chunk, shape.B - b0)
+            out += [Launch("im2col_batched", (ceil_div(nb * hw, ELEMENTWISE_BLOCK),), (ELEMENTWISE_BLOCK,), key=str(b0)),
+                    LibraryCall("matmul", key=str(b0))]
+        return out
+
+    def operands(self, operands, shape: ConvShape, params: dict, stream=None) -> tuple:
+        """x and k, and this call's workspace: one chunk's unrolled input, (chunk, CKK, HW)."""
         import cupy as cp
 
+        with _stream_scope(stream):  # the pool hands out memory ordered on this stream
+            xu = cp.empty((self.chunk_images(shape, params), shape.C * shape.K * shape.K, shape.H_out * shape.W_out),
+                          dtype=cp.float32)
+        return (*operands, xu)
+
+    def launch_args(self, launch, y, operands, shape: ConvShape, params: dict) -> tuple:
+        x, _, xu = operands
+        b0 = int(launch.key)
+        nb = min(self.chunk_images(shape, params), shape.B - b0)
+        return (xu, x, *int32(b0, nb, shape.C, shape.H, shape.W, shape.K))
+
+    def library_call(self, call, y, operands, shape: ConvShape, params: dict, stream=None) -> None:
+        """(M, CKK) @ (nb, CKK, HW) -> (nb, M, HW): y's own layout for these images, by cuBLAS."""
+        import cupy as cp
+
+        _, k, xu = operands
         hw = shape.H_out * shape.W_out
-        ckk = shape.C * shape.K * shape.K
-        chunk = self.chunk_images(shape, params)
-        im2col = self.kernel(self.kernel_names[0], params, shape)
+        b0 = int(call.key)
+        nb = min(self.chunk_images(shape, params), shape.B - b0)
         with _stream_scope(stream):
-            xu = cp.empty((chunk, ckk, hw), dtype=cp.float32)
-            k2 = k.reshape(shape.M, ckk)
-            y3 = y.reshape(shape.B, shape.M, hw)
-            for b0 in range(0, shape.B, chunk):
-                nb = min(chunk, shape.B - b0)
-                im2col((ceil_div(nb * hw, ELEMENTWISE_BLOCK),), (ELEMENTWISE_BLOCK,),
-                       (xu, x, *int32(b0, nb, shape.C, shape.H, shape.W, shape.K)), stream=stream)
-                # (M, CKK) @ (nb, CKK, HW) -> (nb, M, HW): y's own layout for these images.
-                cp.matmul(k2, xu[:nb], out=y3[b0:b0 + nb])
+            cp.matmul(k.reshape(shape.M, shape.C * shape.K * shape.K), xu[:nb],
+                      out=y.reshape(shape.B, shape.M, hw)[b0:b0 + nb])
 
 
 # ----------------------------------------------------------------------------- 09

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..limits import H100, check_launch, check_launch_bounds
-from ..steps import Launch, StepImpl
+from ..steps import Launch
 from .convstep import (INT32_MAX, ConvShape, ConvStep, ceil_div, generic_plan, int32,
                        persistent_launches)
 
@@ -266,10 +266,6 @@ class HopperFinal(ConvStep):
         x, k = operands
         return (y, x, k, *int32(shape.B))   # the rest of the shape is compiled in
 
-    def launch(self, y, x, k, shape: ConvShape, params: dict, stream=None) -> None:
-        """Shapes on step 14's kernel go to its launch (it copies constant-memory weights first);
-        the others run the declared launch."""
-        if self.direct(shape, params):
-            self.specialised().launch(y, x, k, shape, self.specialised().params(), stream=stream)
-            return
-        StepImpl.launch(self, y, x, k, shape, params, stream=stream)
+    def handoff(self, shape: ConvShape, params: dict, y, operands):
+        """Shapes on step 14's kernel run its launches (its constant-memory copy first)."""
+        return (self.specialised(), self.specialised().params()) if self.direct(shape, params) else None

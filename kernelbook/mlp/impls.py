@@ -174,8 +174,8 @@ class _Scratch:
 
 
 class DeclaredMlp(MlpImpl):
-    """Steps 00-16: launches declared as data; the core launches them (``StepImpl.launch``) after
-    the weights are prepared once per call."""
+    """Steps 00-16: launches declared as data; the core launches them (``StepImpl.launch``) on the
+    weights prepared for the step (``operands``: packed once per weight set and cached)."""
 
     def launches(self, shape, params) -> list[Launch]:
         raise NotImplementedError
@@ -189,9 +189,9 @@ class DeclaredMlp(MlpImpl):
         self.check_params(params)
         self.check_launches(shape, params)
 
-    def launch(self, y, x, weights, shape, params, stream=None):
-        StepImpl.launch(self, y, x, self.prepare_weights(weights), shape, params, stream=stream)
-        return y
+    def operands(self, operands, shape, params, stream=None):
+        x, weights = operands
+        return x, self.prepare_weights(weights)
 
     def one_launch(self, shape, grid, block, static_smem=None) -> list[Launch]:
         """The single launch of steps 01-12, with the class's shared memory and launch bounds."""

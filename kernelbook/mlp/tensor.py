@@ -4,8 +4,6 @@ three layers in registers). Same call convention as ``impls``; every step declar
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 from .. import kernels, limits, tma
@@ -156,6 +154,7 @@ class FinalFullRange(MlpImpl):
         _int_param(params, "blocks_per_sm", range(1, 5),
                    "pass blocks_per_sm between 1 and 4 (it is also the kernel's __launch_bounds__ minimum).")
 
+    @per_shape
     def launches(self, shape, params):
         warps, m_tiles, per_sm = params["warps"], params["m_tiles"], params["blocks_per_sm"]
         tiles = -(-shape.N // (16 * m_tiles))
@@ -172,13 +171,6 @@ class FinalFullRange(MlpImpl):
     def validate(self, shape, params):
         self.check_params(params)
         self.check_launches(shape, params)
-
-    def launch(self, y, x, weights, shape, params, stream=None):
-        fn, launch = self.planned(shape, params)   # compiled and opted in once per N and parameters
-        with (stream if stream is not None else contextlib.nullcontext()):
-            fn(launch.grid, launch.block, self.launch_args(launch, y, (x, weights), shape, params),
-               shared_mem=launch.dynamic_smem)
-        return y
 
     def exact_only(self, prepared) -> bool:
         """True when these weights send every tile down the exact 3xTF32 path (host-side flag)."""

@@ -176,8 +176,6 @@ class Final(ThreeTF32):
         else:
             super().prepare(params, problem)
 
-    def launch(self, y, x, w, b, shape, params, stream=None):
-        if self.uses_winograd(shape):
-            self._winograd.launch(y, x, w, b, shape, self._winograd.params(), stream=stream)
-        else:
-            super().launch(y, x, w, b, shape, params, stream=stream)
+    def handoff(self, shape, params, y, operands):
+        """K in 1, 3, 5, 7: step 09's Winograd launches."""
+        return (self._winograd, self._winograd.params()) if self.uses_winograd(shape) else None
