@@ -4,6 +4,7 @@ a notebook is named (its path under ``book/`` without extension, e.g. ``lenet/00
 from __future__ import annotations
 
 import fnmatch
+import re
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +130,23 @@ def select(notebooks: list[Path], only: str | None, book_root: Path) -> list[Pat
             "pass a pattern relative to book/, e.g. --only 'lenet/*' or --only 'lenet/00_*,mlp/*'.",
         )
     return chosen
+
+
+STEP_ENTRY = re.compile(r"^(?P<indent>\s*- file: )book/(?P<study>[a-z0-9_]+)/(?P<number>\d\d)_[a-z0-9_]+\s*$")
+
+
+def with_steps(text: str, notebooks: dict[str, list[str]]) -> str:
+    """``_toc.yml``'s text with each study's step chapters written from its step list
+    (``notebooks``: study -> the steps' notebooks in order, ``book/<study>/<stem>``): the block of
+    numbered entries of a study is replaced by the list, in place of the first of them; pages
+    numbered 9x (profiles), other entries and comments are kept as they are."""
+    out, done = [], set()
+    for line in text.splitlines(keepends=True):
+        match = STEP_ENTRY.match(line)
+        if not match or match["study"] not in notebooks or match["number"].startswith("9"):
+            out.append(line)
+            continue
+        if match["study"] not in done:
+            done.add(match["study"])
+            out += [f"{match['indent']}{notebook}\n" for notebook in notebooks[match["study"]]]
+    return "".join(out)

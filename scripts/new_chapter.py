@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Make a step's notebook from book/_templates/chapter.md, or renew the parameter cells.
 
-    python scripts/new_chapter.py mlp baseline      # writes book/mlp/00_baseline.md
+    python scripts/new_chapter.py mlp baseline      # writes book/mlp/00_baseline.md and its _toc.yml entry
     python scripts/new_chapter.py --parameters      # rewrites every step notebook's parameter cell
 
 The step must already be in the study's step list (kernelbook/<study>/steps.py); the notebook's
-file name, title and parameters come from it. An existing notebook is never overwritten; with
+file name, title and parameters come from it, and ``_toc.yml``'s chapters are written from the list. An existing notebook is never overwritten; with
 ``--parameters`` only its cell tagged ``parameters`` is replaced by the template's (timing and
 sizes left to the study; lines of the page's own parameters, such as a sweep's, kept as they are).
 """
@@ -106,8 +106,23 @@ def main(argv=None) -> int:
         return 1
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    print(f"wrote {path.relative_to(ROOT)}; add it to _toc.yml after the step before it")
+    write_toc()
+    print(f"wrote {path.relative_to(ROOT)} and its entry in _toc.yml (after the step before it)")
     return 0
+
+
+def toc_notebooks() -> dict[str, list[str]]:
+    """Each study's step notebooks in list order: what ``_toc.yml`` lists for its chapters."""
+    return {name: [step.notebook for step in importlib.import_module(f"kernelbook.{name}").STEPS]
+            for name in STUDY_LABELS}
+
+
+def write_toc() -> None:
+    """``_toc.yml`` with each study's chapters written from its step list (``toc.with_steps``)."""
+    from kernelbook import toc
+
+    path = ROOT / "_toc.yml"
+    path.write_text(toc.with_steps(path.read_text(), toc_notebooks()))
 
 
 if __name__ == "__main__":

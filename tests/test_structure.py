@@ -100,6 +100,21 @@ def test_step_list_agrees_with_kernels_notebooks_and_toc(study):
     assert chapters == [s.notebook for s in steps], "the toc's chapters are not the step list, in its order"
 
 
+def test_toc_is_generated_from_the_step_lists():
+    """``_toc.yml``'s chapters are what ``scripts/new_chapter.py`` writes from the step lists
+    (``toc.with_steps``): unchanged by a rewrite, and a new step lands after the one before it."""
+    from kernelbook.toc import with_steps
+
+    text = (paths.REPO_ROOT / "_toc.yml").read_text()
+    lists = {study: [s.notebook for s in importlib.import_module(f"kernelbook.{study}").STEPS]
+             for study in book_studies()}
+    assert with_steps(text, lists) == text
+    first, *rest = lists["mlp"]
+    grown = with_steps(text, {**lists, "mlp": [first, "book/mlp/00_extra", *rest]})
+    entries = [line.split("file: ")[1] for line in grown.splitlines() if "file: book/mlp/" in line]
+    assert entries[:3] == [first, "book/mlp/00_extra", rest[0]] and entries[-1].startswith("book/mlp/9")
+
+
 @pytest.mark.parametrize("study", book_studies())
 def test_no_notebook_types_its_previous_step(study):
     for path in sorted((paths.book_dir() / study).glob("*.md")):
