@@ -2,7 +2,7 @@
 limits (99 KiB of shared memory per block, 1,536 threads per SM, 82 SMs), for the tests of the
 older-GPU path. Nothing runs on it: a step's measurement is stood in for by its recorded H100
 measurement, slowed by ``SLOWER`` (so the faked run's numbers differ from the recording's), and
-its kernels are "compiled" by nvcc for sm_86 when ``compile`` is asked for, else not at all.
+its kernels are not compiled (``test_sm80_builds`` compiles them for an older GPU with nvcc).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def recorded_measurement(study, impl):
     return records, copy.deepcopy(found.checks)
 
 
-def install(monkeypatch, studies=(), compile=False):
+def install(monkeypatch, studies=()):
     """Fake the sm_86 device in this process: availability, device_info, SM count, limits, and
     ``check``/``measure`` of ``studies`` (their recorded H100 measurement, slowed)."""
     monkeypatch.setattr(gpu, "availability", lambda: (True, NAME))
@@ -50,12 +50,9 @@ def install(monkeypatch, studies=(), compile=False):
     monkeypatch.setattr(gpu, "multiprocessors", lambda: DEVICE["multiprocessors"])
     monkeypatch.setattr(limits, "_current", lambda: SM86)   # (limits.assumed still applies over it)
 
-    def module(relpath, options, arch=None):
-        if compile:   # nvcc for the faked GPU's own architecture, as NVRTC would build for it
-            kernels.compile_cubin(relpath, None, arch="sm_86")
-        return types.SimpleNamespace(get_function=lambda name: types.SimpleNamespace())
-
-    monkeypatch.setattr(kernels, "_module", module)
+    # nothing is compiled for it (tests/test_sm80_builds.py compiles every such build with nvcc)
+    monkeypatch.setattr(kernels, "_module", lambda relpath, options, arch=None: types.SimpleNamespace(
+        get_function=lambda name: types.SimpleNamespace()))
     for study in studies:
         monkeypatch.setattr(study, "check", lambda impl, case_params, n, seed, s=study:
                             _checks(s, impl))
@@ -66,3 +63,14 @@ def install(monkeypatch, studies=(), compile=False):
 def _checks(study, impl):
     records, checks = recorded_measurement(study, impl)
     return [r for r in records if r["metric"] == "correct"], checks
+
+
+def install_everywhere():
+    """``install`` for a whole process (a notebook kernel of a test batch: ``fake_site``), with
+    every study's measurement stood in for."""
+    import importlib
+
+    from _pytest.monkeypatch import MonkeyPatch
+
+    install(MonkeyPatch(), studies=[importlib.import_module(f"kernelbook.{name}").STUDY
+                                    for name in ("lenet", "mlp", "vgg")])

@@ -8,6 +8,7 @@ measurement stood in for by the recording, slowed)."""
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 
 import pytest
@@ -114,3 +115,56 @@ def test_a_faked_sm86_runs_the_batch_to_the_end_with_the_hopper_steps_from_the_r
     devices = summary.devices(mlp).to_html()
     assert fake_gpu.NAME in devices and recorded_device in devices
     assert "×" not in devices   # side by side, never a ratio across devices
+
+
+PAGES = ["book/mlp/14_tensor_core_fp16", "book/mlp/16_fp32_register_tiled", "book/mlp/19_wgmma_full_range",
+         "book/vgg/11_hopper_tf32", "book/summary"]
+
+
+@pytest.mark.book
+def test_a_faked_sm86_batch_of_real_pages_ends_and_the_strict_build_passes(store, tmp_path, monkeypatch):
+    """The done-when of the older-GPU path, on a few of the book's own pages: `kernelbook run`
+    on a faked sm_86 (the notebook kernels see it through ``fake_site``) measures what the GPU can
+    run into one run, shows Hopper's pages from the recording with the reason in their banners,
+    and the strict build of those pages passes."""
+    import json
+
+    import nbformat
+
+    from kernelbook.batch import run_batch
+    from kernelbook.build import build_book
+
+    root = tmp_path / "book-root"
+    (root / "book").mkdir(parents=True)
+    (root / "book" / "intro.md").write_text("# A few pages of the book, measured on an older GPU\n")
+    for page in PAGES + ["book/glossary"]:
+        (root / page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(paths.REPO_ROOT / f"{page}.md", root / f"{page}.md")
+    shutil.copytree(paths.book_dir() / "_static", root / "book" / "_static")
+    shutil.copytree(paths.kernels_dir(), root / "kernels")   # the strict build compares the sources shown
+    shutil.copy(paths.REPO_ROOT / "_config.yml", root / "_config.yml")
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nparts:\n  - caption: A few pages\n    chapters:\n"
+                                   + "".join(f"      - file: {p}\n" for p in PAGES + ["book/glossary"]))
+    monkeypatch.setenv("KERNELBOOK_FAKE_SM86", "1")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(paths.REPO_ROOT / "tests" / "fake_site"),
+                                                                     os.environ.get("PYTHONPATH")])))
+    fake_gpu.install(monkeypatch)   # the batch process too: it resolves the mode and names the run's GPU
+    run_id = results.new_run_id()
+    lines: list[str] = []
+    report = run_batch(out_dir=tmp_path / "executed", run_id=run_id, log=lines.append, toc=root / "_toc.yml",
+                       book_root=root / "book", progress_bar=False, workers=1)
+    assert report.ok, "\n".join(lines)
+    banners = {}
+    for nb in report.notebooks:
+        executed = nbformat.read(tmp_path / "executed" / f"{nb.name}.ipynb", as_version=4)
+        text = json.dumps([c.get("outputs") for c in executed.cells if c.cell_type == "code"])
+        banners[nb.name] = text.replace("\\\\", "")
+    assert "Measured now" in banners["mlp/14_tensor_core_fp16"] and fake_gpu.NAME in banners["mlp/14_tensor_core_fp16"]
+    for page in ("mlp/19_wgmma_full_range", "vgg/11_hopper_tf32"):
+        assert "needs compute capability 9.0" in banners[page], page
+    assert "cannot launch step fp32-register-tiled" in banners["mlp/16_fp32_register_tiled"]
+    assert results.load_run(run_id).device == fake_gpu.NAME
+    html = build_book(executed_dir=tmp_path / "executed", path_output=tmp_path / "site", toc=root / "_toc.yml",
+                      book_root=root / "book", log=lines.append)
+    assert (html / "book" / "summary.html").is_file()
+    assert fake_gpu.NAME in (html / "book" / "summary.html").read_text()   # the reader's column
