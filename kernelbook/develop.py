@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -281,8 +282,13 @@ def try_candidate(study, source, *, step: str | None = None, defines: dict | Non
                   profile: bool = False, log: Callable[[str], None] = print, timer=None) -> Tried:
     """Check, time (and with ``profile`` profile) a candidate as its step's chapter would, and
     record it as a new run of the development store. ``sweep`` (name -> values) measures every
-    configuration first (``sweep.run_sweep``, part ``<study>-<step>-grid``), then the chapter at
-    each case's fastest correct configuration. ``timer`` replaces ``measure.time_gpu`` (tests)."""
+    configuration first (``sweep.run_sweep``, part ``<study>-<step>-grid``), each on the chapter's
+    own check cases (same seed, same random shapes, the range test where the study has one), then
+    the chapter at each case's fastest correct configuration at the largest size. The choice is per
+    case (per layer), as a chapter takes parameters per case: each case's op time is timed alone, so
+    the per-case fastest also gives the smallest sum of the cases' op times (LeNet's Op Time 1 +
+    Op Time 2, its target). ``seed`` None draws one, recorded with the run. ``timer`` replaces
+    ``measure.time_gpu`` (tests)."""
     from . import gpu, provenance
     from .errors import GPUUnavailable
 
@@ -297,6 +303,8 @@ def try_candidate(study, source, *, step: str | None = None, defines: dict | Non
         raise ParameterError(f"{', '.join(twice)} is both swept and set.", "give each name once: -D/-P or --sweep.")
     impl.params(**params, **{k: v[0] for k, v in sweep.items()})  # unknown names refused before any work
     chosen = _sizes(study, sizes)
+    if seed is None:  # one seed for the sweep's checks and the chapter's: the same check cases (recorded)
+        seed = secrets.randbelow(2**31)
     ok, why = gpu.availability()
     if not ok:
         raise GPUUnavailable(f"kernelbook try measures on a CUDA GPU, but {why}.",
@@ -353,11 +361,16 @@ def _measure(view, slug, tried: Tried, say, params, sweep, sizes, repeats, warmu
             view, impl, case_params, sizes_, repeats_, warmup_, options, timer=timer)
     case_params = {case: dict(params) for case in view.cases}
     if sweep:
-        declared = sweep_mod.Sweep(slug, axes=sweep)
+        # every configuration checked on the chapter's own check cases (its random shapes, a range
+        # test where the study has one, the same seed): a configuration the sweep passes, the
+        # chapter's checks pass; one the chapter would fail is recorded failed, never the best
+        shapes = view.check_shapes if check_shapes is None else check_shapes
+        declared = sweep_mod.Sweep(slug, axes=sweep, check_shapes=shapes)
         progress["of"] = len(declared.configurations())
-        say(f"sweep: {progress['of']} configurations of {', '.join(sweep)}, each checked, then timed if it passed")
+        say(f"sweep: {progress['of']} configurations of {', '.join(sweep)}, each checked as the chapter checks "
+            f"(seed {seed}, {shapes} random shapes), then timed if it passed")
         result = sweep_mod.run_sweep(view, declared, mode="measure", run_id=run_id, seed=seed, sizes=sizes,
-                                     repeats=repeats, warmup=warmup, timer=timer)
+                                     repeats=repeats, warmup=warmup, options=view.options(), timer=timer)
         progress["of"] = 0
         tried.sweep = result
         for line in sweep_lines(result.records):
@@ -372,8 +385,7 @@ def _measure(view, slug, tried: Tried, say, params, sweep, sizes, repeats, warmu
             say("no configuration passed its checks: nothing more is measured")
             return
         case_params = {case: {**params, **best.get(case, next(iter(best.values())))} for case in view.cases}
-        say("chapter at the fastest correct configuration: "
-            + "; ".join(f"{case}: {sweep_mod.config_label(c)}" for case, c in best.items()))
+        say(best_line(result, best))
     chapter = run_chapter(view, slug, case_params=case_params, sizes=sizes, repeats=repeats, warmup=warmup,
                           check_shapes=check_shapes, seed=seed, mode="measure", run_id=run_id)
     tried.chapter = chapter
@@ -444,6 +456,23 @@ def sweep_lines(records: list[dict]) -> list[str]:
                  f"{_ms(r['value']) if r['value'] is not None else r.get('status', '')}" for r in rows]
         lines.append(f"  {label}: " + "; ".join(cells))
     return lines
+
+
+def best_line(result, best: dict) -> str:
+    """Each case's fastest correct configuration with its time at the largest size, and their sum
+    (what a per-case choice minimises: the cases are timed apart)."""
+    from .sweep import config_label
+
+    metric = result.parameters.get("metric", "op_time_ms")
+    timed = {}
+    for case, config in best.items():
+        rows = [r for r in result.records if r["metric"] == metric and r["layer"] == case
+                and r.get("config") == config and r["value"] is not None]
+        largest = [r for r in rows if r["size"] == max((x["size"] for x in rows if x["size"] is not None), default=None)]
+        timed[case] = (largest or rows)[0]["value"] if rows else None
+    shown = "; ".join(f"{case}: {config_label(c)} ({_ms(timed[case])})" for case, c in best.items())
+    total = "" if len(best) < 2 or None in timed.values() else f"; sum {_ms(sum(timed.values()))}"
+    return f"chapter at each case's fastest correct configuration: {shown}{total}"
 
 
 def chapter_lines(chapter) -> list[str]:

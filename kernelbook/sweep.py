@@ -4,7 +4,9 @@ A study declares a sweep (``Sweep``): which step, which parameter values (the pr
 ``axes``, or an explicit list of ``configs``), which metric, at which sizes. ``run_sweep`` then
 does the same for every study: each configuration is validated (a refusal is recorded as
 ``refused: ...``), checked on the study's own check cases (``harness.check_one``: poisoned output,
-float64 reference) and, only if it passed, timed with the harness's one timer
+float64 reference; every configuration on the cases a chapter with the same seed and
+``check_shapes`` checks, drawn afresh from the seed, so that a configuration the sweep passes is
+one the chapter's checks pass) and, only if it passed, timed with the harness's one timer
 (``harness.measure``); one record per (configuration, case, size) with ``config``,
 ``config_label`` and ``status``, a failed or refused configuration with ``value`` None, never
 dropped. Everything goes through ``session.recorded`` (part ``<study>-<step>-grid``), so a replay
@@ -128,12 +130,12 @@ def measure_sweep(study, sweep: Sweep, sizes: list, repeats: int, warmup: int, s
                   options: dict | None = None, timer=None) -> list[dict]:
     """Check, then time, every configuration of ``sweep`` (what ``run_sweep`` records)."""
     impl = study.impl(sweep.step)
-    rng = np.random.default_rng(seed)
     pairs = harness.problems(study, sizes)
     cases = list(dict.fromkeys(case for case, _ in pairs))
     records = []
     for config in sweep.configurations():
         label = config_label(config)
+        rng = np.random.default_rng(seed)   # each configuration: the check cases of a chapter with this seed
         try:
             params = impl.params(**config)
             verdicts = _verdicts(study, impl, params, cases, sweep.check_shapes, rng)
@@ -143,7 +145,7 @@ def measure_sweep(study, sweep: Sweep, sizes: list, repeats: int, warmup: int, s
         try:
             timed, refused = _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, warmup,
                                           options, timer)
-        except LookupError:
+        except _NoMetric:   # (only the metric's absence: any other error of the timing is its own)
             raise ParameterError(f"The {study.name} study records no {sweep.metric!r} for {sweep.step}.",
                                  "sweep op_time_ms or a metric of the study's case records.") from None
         for case, size in pairs:
@@ -164,6 +166,10 @@ def measure_sweep(study, sweep: Sweep, sizes: list, repeats: int, warmup: int, s
 SPREAD = ("min", "max", "samples", "timing", "calls_per_replay")
 
 
+class _NoMetric(Exception):
+    """The timed records hold no record of the sweep's metric for a problem."""
+
+
 def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, warmup, options, timer):
     """``({(case, size): measured}, {(case, size): "refused: ..."})`` for one checked configuration:
     one ``harness.measure`` over every case that passed (the configuration in every case, as a
@@ -178,7 +184,7 @@ def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, w
             if r["metric"] == sweep.metric and r["layer"] == case and (size is None or r["size"] == batch):
                 spread = {k: r[k] for k in SPREAD if r.get(k) is not None}
                 return {"value": r["value"], **spread} if spread else r["value"]
-        raise LookupError(sweep.metric)
+        raise _NoMetric(sweep.metric)
 
     wanted = [(case, size) for case, size in pairs if case in ok]
     try:

@@ -60,8 +60,9 @@ class Vec:
         return {"b": self.b, "n": self.n}
 
 
-def _define(text: str, name: str) -> int:
-    return int(re.search(rf"#define {name} (\d+)", text).group(1))
+def _define(text: str, name: str, default: int | None = None) -> int:
+    found = re.search(rf"#define {name} (\d+)", text)
+    return int(found.group(1)) if found or default is None else default
 
 
 class Rows(StepImpl):
@@ -82,11 +83,13 @@ class Rows(StepImpl):
         defines = self.defines(params, problem)
         scale = int(defines.get("SCALE", _define(text, "SCALE")))
         cost = int(defines.get("COST", _define(text, "COST")))
+        # a "kernel" with COST below BROKEN_BELOW is wrong on every width but the two cases' (8, 40)
+        broken = cost < int(defines.get("BROKEN_BELOW", _define(text, "BROKEN_BELOW", 0)))
 
         def run(grid, block, args, shared_mem=0, stream=None):
             y, x, n = args
             BUILT.append({"source": self.source, "scale": scale, "cost": cost})
-            y[...] = scale * x
+            y[...] = scale * x + (1.0 if broken and n not in (8, 40) else 0.0)
 
         return run
 
@@ -180,9 +183,9 @@ def toy(tmp_path, monkeypatch, results_root):
     return kernels / "toy", dev, results_root
 
 
-def _try(source, **kwargs):
+def _try(source, study=None, timer=fake_timer, **kwargs):
     lines: list[str] = []
-    tried = develop.try_candidate(STUDY, source, log=lines.append, timer=fake_timer, **kwargs)
+    tried = develop.try_candidate(study or STUDY, source, log=lines.append, timer=timer, **kwargs)
     return tried, lines
 
 
@@ -327,6 +330,87 @@ def test_a_declared_sweep_is_one_run_then_the_chapter_at_its_best_configuration(
     assert sum(1 for line in lines if re.match(r"  COST=\d, SCALE=\d: ", line)) == 6
     ops = [r for r in run.read_part("toy-rows")["records"] if r["metric"] == "op_time_ms"]
     assert {r["params"]["COST"] for r in ops} == {1} and all(r["candidate"] for r in ops)
+
+
+class TwoLayers(Toy):
+    """As LeNet: the timed problems share what the study's options name (its weights, which only
+    ``options()`` knows), and the two layers are timed apart, each with its own fastest COST."""
+
+    def options(self, **given):
+        return {"weights": "toy-weights.bin"}
+
+    def timing_context(self, impl, case_params, sizes, options):
+        return {"weights": options["weights"], "timing": []}
+
+    def timed_operands(self, impl, case, size, shape, context):
+        TIMING.append(case)
+        return super().timed_operands(impl, case, size, shape, context)
+
+
+TIMING: list[str] = []   # the case being timed (the two-layer timer reads the last one)
+
+
+def layer_timer(fn, repeats, warmup, graph=False, timing="events"):
+    """"short" is fastest at the smallest COST, "long" at the largest (of 1..3)."""
+    measured = fake_timer(fn, repeats, warmup, graph, timing)
+    cost = BUILT[-1]["cost"]
+    value = 0.1 * cost if TIMING[-1] == "short" else 0.1 * (10 - cost)
+    return Measured([value] * repeats, extra=measured.extra)
+
+
+def test_a_two_layer_sweep_times_with_the_studys_options_and_picks_each_layers_fastest(toy):
+    _, dev, _ = toy
+    TIMING.clear()
+    tried, lines = _try("kernels/toy/00_rows.cu", study=TwoLayers(), timer=layer_timer, sweep={"COST": [2, 1, 3]})
+    run = results.load_run(tried.run.run_id, dev)
+    grid = run.read_part("toy-rows-grid")["records"]
+    assert {(r["config_label"], r["layer"]): r["value"] for r in grid} == {
+        ("COST=2", "short"): pytest.approx(0.2), ("COST=2", "long"): pytest.approx(0.8),
+        ("COST=1", "short"): pytest.approx(0.1), ("COST=1", "long"): pytest.approx(0.9),
+        ("COST=3", "short"): pytest.approx(0.3), ("COST=3", "long"): pytest.approx(0.7)}
+    # per layer: each layer's own fastest, which is also the smallest sum of the two (timed apart)
+    assert "chapter at each case's fastest correct configuration: short: COST=1 (0.1000 ms); " \
+           "long: COST=3 (0.7000 ms); sum 0.8000 ms" in lines
+    ops = {r["layer"]: (r["params"]["COST"], r["value"]) for r in run.read_part("toy-rows")["records"]
+           if r["metric"] == "op_time_ms"}
+    assert ops == {"short": (1, pytest.approx(0.1)), "long": (3, pytest.approx(0.7))} and tried.chapter.correct
+
+
+def test_an_error_of_a_sweeps_timing_is_its_own_never_a_missing_metric(toy):
+    class NoOptions(TwoLayers):   # its timing asks for an option it was never given
+        def options(self, **given):
+            return {}
+
+    with pytest.raises(KeyError, match="weights"):
+        _try("kernels/toy/00_rows.cu", study=NoOptions(), timer=layer_timer, sweep={"COST": [1, 2]})
+
+
+DRAWN: list[list[float]] = []   # the inputs of every check case, per check_cases call
+
+
+class Drawn(Toy):
+    def check_cases(self, impl, params, n_random, rng):
+        cases = super().check_cases(impl, params, n_random, rng)
+        DRAWN.append([float(c.host[0].sum()) for c in cases])
+        return cases
+
+
+def test_a_sweep_checks_each_configuration_on_the_chapters_own_check_cases(toy):
+    folder, dev, _ = toy
+    DRAWN.clear()
+    # COST=1 is the fastest and right on both cases' widths, wrong on the chapter's random shapes
+    (folder / "rows_fragile.cu").write_text("#define BROKEN_BELOW 2\n" + STEP_SOURCE)
+    tried, lines = _try("kernels/toy/rows_fragile.cu", study=Drawn(), step="rows", sweep={"COST": [1, 2, 3]})
+    run = results.load_run(tried.run.run_id, dev)
+    grid = {(r["config_label"], r["layer"]): (r["status"], r["value"]) for r in run.read_part("toy-rows-grid")["records"]}
+    assert grid[("COST=1", "short")][0].startswith("failed check: random") and grid[("COST=1", "short")][1] is None
+    assert grid[("COST=2", "long")] == ("ok", pytest.approx(0.2))
+    assert tried.chapter.correct and any(line.startswith("checks: passed") for line in lines)
+    assert {r["params"]["COST"] for r in run.read_part("toy-rows")["records"] if r["metric"] == "op_time_ms"} == {2}
+    # three configurations and the chapter: one seed, the same random shapes and inputs each time
+    assert len(DRAWN) == 4 and all(d == DRAWN[0] for d in DRAWN) and len(DRAWN[0]) == 2 + Drawn.check_shapes
+    seed = run.read_part("toy-rows")["parameters"]["seed"]
+    assert isinstance(seed, int) and run.read_part("toy-rows-grid")["parameters"]["seed"] == seed
 
 
 def test_an_interrupted_candidate_keeps_what_it_recorded_named_and_its_files(toy):
