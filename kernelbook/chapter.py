@@ -48,8 +48,14 @@ class Chapter(StepRecording):
         return banner(self.recording)
 
     def source(self, start: str | None = None):
+        """The step's ``.cu``; a candidate's run (``kernelbook try``) shows the file it ran, kept in the run."""
         from .report import show_source
 
+        candidate = self.session.run.manifest.get("candidate") if self.session else None
+        if isinstance(candidate, dict) and candidate.get("source"):
+            from .develop import FILES_DIR
+
+            return show_source(candidate["source"], start, folder=self.session.run.root / FILES_DIR)
         return show_source(self.step.source, start)
 
     def compiler(self):

@@ -357,13 +357,14 @@ class SourceBlock:
     page was executed (it would show the old source)."""
 
     def __init__(self, relpath: str, text: str, sha256: str, headers: list | None = None,
-                 header_digests: dict | None = None):
+                 header_digests: dict | None = None, folder: str = "kernels/"):
         self.relpath, self.text, self.sha256 = relpath, text, sha256
+        self.folder = folder  # where the files lie, from the repository's root (a candidate's: in its run)
         self.headers = headers or []  # (relpath, text) of the local headers the file includes
         self.header_digests = header_digests or {}  # relpath -> sha256 of the header's bytes
 
     def __repr__(self) -> str:
-        return f"kernels/{self.relpath}"
+        return f"{self.folder}{self.relpath}"
 
     @property
     def data(self) -> str:
@@ -371,9 +372,9 @@ class SourceBlock:
         return self._repr_markdown_()[0]
 
     def _metadata(self) -> dict:
-        shown = {"path": f"kernels/{self.relpath}", "sha256": self.sha256}
+        shown = {"path": f"{self.folder}{self.relpath}", "sha256": self.sha256}
         if self.headers:  # an edited header makes the page stale too (build.stale_sources)
-            shown["headers"] = {f"kernels/{path}": self.header_digests[path] for path, _ in self.headers}
+            shown["headers"] = {f"{self.folder}{path}": self.header_digests[path] for path, _ in self.headers}
         return {SOURCE_METADATA: shown}
 
     def _repr_html_(self):
@@ -386,7 +387,7 @@ class SourceBlock:
         def block(path: str, text: str, what: str) -> str:
             lines = text.count("\n") + 1
             code = highlight(text, CudaLexer(), HtmlFormatter(cssclass="highlight"))
-            return (f'<details class="kernelbook-source"><summary>{what}: <code>kernels/{html.escape(path)}'
+            return (f'<details class="kernelbook-source"><summary>{what}: <code>{html.escape(self.folder + path)}'
                     f"</code> ({lines} lines; click to open)</summary>\n"
                     f'<div class="highlight-cuda notranslate">{code}</div></details>')
 
@@ -398,9 +399,9 @@ class SourceBlock:
         shown = self.text + "".join(text for _, text in self.headers)
         longest = max((len(m) for m in re.findall(r"`{3,}", shown)), default=0)
         fence = "`" * max(3, longest + 1)
-        body = f"{md_code('kernels/' + self.relpath)}\n\n{fence}cuda\n{self.text}\n{fence}"
+        body = f"{md_code(self.folder + self.relpath)}\n\n{fence}cuda\n{self.text}\n{fence}"
         for path, text in self.headers:  # the shared device code the step includes, shown whole
-            body += f"\n\nIncluded: {md_code('kernels/' + path)}\n\n{fence}cuda\n{text}\n{fence}"
+            body += f"\n\nIncluded: {md_code(self.folder + path)}\n\n{fence}cuda\n{text}\n{fence}"
         return body, self._metadata()
 
 
@@ -408,11 +409,13 @@ class SourceBlock:
 SOURCE_METADATA = "kernelbook_source"
 
 
-def show_source(relpath: str, start: str | None = None):
+def show_source(relpath: str, start: str | None = None, folder: Path | None = None):
     """The kernel source from ``kernels/`` (never pasted into a notebook) in its own block, labelled
-    with its file and closed until the reader opens it; the output carries the file's sha256."""
+    with its file and closed until the reader opens it; the output carries the file's sha256.
+    ``folder``: where ``relpath`` and its headers lie instead (a candidate's files kept in its run)."""
 
-    path = paths.kernels_dir() / relpath
+    root = paths.kernels_dir() if folder is None else Path(folder)
+    path = root / relpath
     if not path.is_file():
         raise DataError(f"Kernel source {path} does not exist.", "check the step list's file stem.")
     raw = path.read_bytes()
@@ -421,26 +424,36 @@ def show_source(relpath: str, start: str | None = None):
         index = text.find(start)
         text = text[index:] if index >= 0 else text
     digests: dict[str, str] = {}
-    headers = included_headers(relpath, digests)
-    return SourceBlock(relpath, text, hashlib.sha256(raw).hexdigest(), headers, digests)
+    headers = included_headers(relpath, digests, root)
+    shown = "kernels/" if folder is None else _from_repo(root)
+    return SourceBlock(relpath, text, hashlib.sha256(raw).hexdigest(), headers, digests, shown)
 
 
-def included_headers(relpath: str, digests: dict | None = None) -> list[tuple[str, str]]:
+def _from_repo(folder: Path) -> str:
+    """``folder`` as a page names it: from the repository's root where it lies inside, with a slash."""
+    try:
+        return Path(folder).resolve().relative_to(paths.REPO_ROOT.resolve()).as_posix() + "/"
+    except ValueError:
+        return Path(folder).resolve().as_posix() + "/"
+
+
+def included_headers(relpath: str, digests: dict | None = None, folder: Path | None = None) -> list[tuple[str, str]]:
     """The local headers (``#include "x.cuh"``) a kernel file includes, depth first, each once
     (headers that include each other are walked once); ``digests`` receives each header's sha256
     of its bytes, as ``build.stale_sources`` hashes them."""
     seen: list[tuple[str, str]] = []
     visited = {relpath}
+    root = paths.kernels_dir() if folder is None else Path(folder)
 
     def walk(rel: str) -> None:
-        path = paths.kernels_dir() / rel
+        path = root / rel
         for name in re.findall(r'^\s*#include\s+"([^"]+)"', path.read_text(errors="replace"), re.M):
             child = str((Path(rel).parent / name).as_posix())
-            if child in visited or not (paths.kernels_dir() / child).is_file():
+            if child in visited or not (root / child).is_file():
                 continue
             visited.add(child)
             walk(child)
-            raw = (paths.kernels_dir() / child).read_bytes()
+            raw = (root / child).read_bytes()
             seen.append((child, raw.decode("utf-8", errors="replace")))
             if digests is not None:
                 digests[child] = hashlib.sha256(raw).hexdigest()

@@ -482,6 +482,33 @@ def test_promote_copies_a_validated_run_that_never_becomes_the_steps_newest_reco
         develop.promote(run_id)
 
 
+def test_a_page_replaying_a_promoted_candidate_shows_the_file_it_ran_kept_in_its_run(toy):
+    from kernelbook import build
+    from kernelbook.chapter import run_chapter
+
+    folder, _, book = toy
+    book_run = _book_run()
+    ran = STEP_SOURCE.replace("#define COST 4", "#define COST 1")
+    (folder / "rows_cheap.cu").write_text(ran)
+    tried, _ = _try("kernels/toy/rows_cheap.cu", step="rows")
+    develop.promote(tried.run.run_id, log=lambda line: None)
+    (folder / "rows_cheap.cu").write_text("// edited since it ran\n")     # what the run kept is shown
+    (folder / "rows.cuh").write_text("// the header edited too\n")
+    shown = run_chapter(STUDY, "rows", mode="replay", replay_run=tried.run.run_id).source()
+    kept = book / tried.run.run_id / "candidate" / "toy"
+    assert shown.text == ran and shown.headers == [("toy/rows.cuh", HEADER)]
+    assert repr(shown).endswith(f"{tried.run.run_id}/candidate/toy/rows_cheap.cu")
+    # the page's metadata names the kept files, which never change: the page is never stale for them
+    meta = shown._metadata()["kernelbook_source"]
+    assert (paths.REPO_ROOT / meta["path"]) == kept / "rows_cheap.cu"
+    assert develop.sha256(kept / "rows_cheap.cu") == meta["sha256"]
+    nb = {"cells": [{"outputs": [{"metadata": {"text/markdown": shown._metadata()}}]}]}
+    assert build.stale_sources(type("NB", (), nb)(), paths.REPO_ROOT) == []
+    # the step's own page still shows the step's own file
+    own = run_chapter(STUDY, "rows", mode="replay", replay_run=book_run).source()
+    assert repr(own) == "kernels/toy/00_rows.cu" and "double_rows" in own.text
+
+
 def test_promote_refuses_a_book_run_an_unknown_run_and_a_changed_candidate_file(toy):
     _, dev, book = toy
     with pytest.raises(ResultsError, match="No development run") as found:
