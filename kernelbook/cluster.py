@@ -347,12 +347,15 @@ class DaskEngine:
         # is not the failed one's (a worker that its nanny restarts keeps its name under a new
         # address), so a busy scheduler cannot put it back where it failed. With no other worker it
         # may run anywhere (the restarted one).
-        current = self.client.scheduler_info()["workers"]  # address -> info, as the scheduler sees it now
-        others = [info.get("name", a) for a, info in current.items() if str(info.get("name", a)) != avoid] if avoid else []
-        if avoid:  # a new key: the scheduler keeps the failed one's state under the old key
-            task = {**task, "key": f"{task['key']}-again"}
-        placement = {"workers": others, "allow_other_workers": False} if others else {}
-        future = self.client.submit(execute, task, key=task["key"], pure=False, priority=-task["index"], **placement)
+        with _ctrl_c_between_calls():
+            current = self.client.scheduler_info()["workers"]  # address -> info, as the scheduler sees it now
+            others = [info.get("name", a) for a, info in current.items()
+                      if str(info.get("name", a)) != avoid] if avoid else []
+            if avoid:  # a new key: the scheduler keeps the failed one's state under the old key
+                task = {**task, "key": f"{task['key']}-again"}
+            placement = {"workers": others, "allow_other_workers": False} if others else {}
+            future = self.client.submit(execute, task, key=task["key"], pure=False, priority=-task["index"],
+                                        **placement)
         with self.lock:
             self.futures[task["key"]] = future
             self.tasks[task["key"]] = task
@@ -370,32 +373,34 @@ class DaskEngine:
         """The next notebook that ended: (task, result or None, the error when its worker died)."""
         from distributed import wait
 
-        while True:
+        with _ctrl_c_between_calls() as caught:
+            while not caught:
+                with self.lock:
+                    futures = list(self.futures.values())
+                with self.client.as_current():
+                    try:
+                        done = wait(futures, timeout=1, return_when="FIRST_COMPLETED").done
+                    except TimeoutError:
+                        done = set()
+                if done:
+                    break
+        with _ctrl_c_between_calls():  # a Ctrl-C now: this result is dropped, its notebook's earlier file stays
+            future = next(iter(done))
             with self.lock:
-                futures = list(self.futures.values())
-            with self.client.as_current():
-                try:
-                    done = wait(futures, timeout=1, return_when="FIRST_COMPLETED").done
-                except TimeoutError:
-                    done = set()
-            if done:
-                break
-        future = next(iter(done))
-        with self.lock:
-            self.futures.pop(future.key, None)
-            task = self.tasks.pop(future.key)
-            where = self.started.pop(future.key, None)
-            starts = self.starts.pop(future.key, [])
-        if len(starts) > 1:  # the scheduler ran it again itself: on these workers first, which died
-            task = {**task, "lost_on": starts[:-1]}
-        self.names = {a: str(w.get("name", a)) for a, w in self.client.scheduler_info()["workers"].items()} \
-            or self.names
-        if future.status == "finished":
-            return task, future.result(), None
-        error = future.exception()
-        if where:
-            task = {**task, "died_on": where[1]}
-        return task, None, error
+                self.futures.pop(future.key, None)
+                task = self.tasks.pop(future.key)
+                where = self.started.pop(future.key, None)
+                starts = self.starts.pop(future.key, [])
+            if len(starts) > 1:  # the scheduler ran it again itself: on these workers first, which died
+                task = {**task, "lost_on": starts[:-1]}
+            self.names = {a: str(w.get("name", a)) for a, w in self.client.scheduler_info()["workers"].items()} \
+                or self.names
+            if future.status == "finished":
+                return task, future.result(), None
+            error = future.exception()
+            if where:
+                task = {**task, "died_on": where[1]}
+            return task, None, error
 
     def close(self) -> None:
         with self.lock:
@@ -433,6 +438,29 @@ class DaskEngine:
                                  return_exceptions=True)
 
         cluster.sync(close_all)
+
+
+@contextmanager
+def _ctrl_c_between_calls():
+    """A Ctrl-C while Dask's client waits takes effect once the wait returns (within a second),
+    as a KeyboardInterrupt raised here: raised inside the client's ``sync``, it leaves a callback of
+    Dask's that fails with a traceback of its own (``NameError: ... 'future'``)."""
+    import signal
+
+    caught: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(signal.SIGINT, None)  # one that defers it too (the batch, while it writes a notebook)
+        else:
+            raise KeyboardInterrupt
 
 
 @contextmanager
