@@ -139,10 +139,11 @@ def floor_table(study, size: int | None, steps: Iterable[str] | None = None, fou
     vendor_run = found_vendor.session.run.run_id if getattr(found_vendor, "session", None) is not None else None
     frame = floor_frame(study, chapters, found_ceilings, found_vendor.records, size, vendor_run=vendor_run)
     where = f"at {study.size_header.lower()} {size}" if size is not None else "per case"
-    caption = (f"Time {where} against the floor (the larger of fewest bytes / copy bandwidth and FLOPs / the "
-               f"measured rate of the unit the step runs on: FP32 or __half2 CUDA cores, TF32 or FP16 tensor cores, "
-               f"a third of that for 3xTF32 and 3xFP16; % = floor / time; a step that does fewer products than "
-               f"counted, like Winograd, can pass 100 %) and the vendor library (its time / "
+    caption = (f"Time {where} against the floor (the larger of fewest bytes / the memory's bandwidth and FLOPs / "
+               f"the rate of the unit the step runs on: FP32 or __half2 CUDA cores, TF32 or FP16 tensor cores, "
+               f"a third of that for 3xTF32 and 3xFP16, Winograd counted by its own multiplies; each rate is a "
+               f"limit, the device's datasheet peak or the measured ceiling where that is higher; % = floor / time) "
+               f"and the vendor library (its time / "
                f"the step's; above 1 is faster; † the step and the library come from different runs). "
                f"Each step's floor uses the ceilings of its own run where that run holds them, else these: "
                f"[ceilings: {found_ceilings.short_label}] "

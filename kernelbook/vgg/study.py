@@ -137,7 +137,8 @@ class VggStudy(Study):
                 label = {"fp32_gflops": "FP32 FMA", "tf32_tensor_gflops": "TF32 tensor-core",
                          "fp16_tensor_gflops": "FP16 tensor-core"}.get(rate, rate)
                 spent = "" if cost == 1 else f", {cost:g} such products per product"
-                lines.append(f"Floor: at the measured {label} rate (run {chapter.session.run.run_id}; unit "
+                lines.append(f"Floor: at the {label} limit (the datasheet peak, or the rate measured in run "
+                             f"{chapter.session.run.run_id} where higher; unit "
                              f"{math}{spent}) the layer takes at least "
                              f"{format_ms(floor)}; this step runs at {floor / op['value'] * 100:.1f} % of that floor's "
                              f"speed.")
