@@ -42,7 +42,7 @@ Pre-work is declared too: an ``Upload`` in the list copies an operand to constan
 the launches after it, a ``LibraryCall`` calls a vendor library (cuBLAS) among them; ``operands`` turns the caller's operands into the launches' (weights packed
 once and cached, a workspace for the call); ``handoff`` runs another step's launches for a case it
 hands on. ``launch`` is the core's, the same for every step (``tests/test_declared_launches.py``
-names the few that still launch by hand, and why).
+checks that no step overrides it).
 """
 
 from __future__ import annotations

@@ -9,10 +9,8 @@ several valid and invalid shapes and parameter sets, whether ``validate`` refuse
 error), which kernels ``prepare`` compiles, and every kernel call ``launch`` makes (kernel,
 compile-time defines, grid, block, shared memory, opt-in dynamic shared memory, arguments by name
 and type, the stream when it is not the caller's, a constant-memory upload). The ported code must
-issue exactly the same. The steps that still launch by hand (``BY_HAND``) have rows too where
-the recorder can fake what they reach (VGG 11-14: raw and prepared weights, on a fake sm_90
-device; MLP 18-19), so that a port can be held to them; on a GPU, ``make test-gpu`` checks the
-kernels themselves against float64.
+issue exactly the same (VGG 11-14 with raw and prepared weights, on a fake sm_90 device); on a GPU,
+``make test-gpu`` checks the kernels themselves against float64.
 """
 
 from __future__ import annotations
@@ -77,30 +75,16 @@ def test_the_recorder_sees_a_changed_launch(monkeypatch):
     assert got["launches"] != want["launches"]
 
 
-#: The steps that still launch by hand (their own ``launch``), and why a ``Launch`` list does not
-#: say what they do yet. Every other step declares its launches and the core launches them.
-BY_HAND = {
-    ("mlp", "tensor-core-fp16-tma"): "x's TMA descriptor comes from the driver per call (TmaFed)",
-    ("mlp", "wgmma-full-range"): "x's TMA descriptor comes from the driver per call (TmaFed)",
-    ("vgg", "hopper-tf32"): "the pack's grid depends on the weights operand; descriptors from the driver",
-    ("vgg", "hopper-fp16"): "the pack's grid depends on the weights operand; descriptors from the driver",
-    ("vgg", "hopper-3xtf32"): "the pack's grid depends on the weights operand; descriptors from the driver",
-    ("vgg", "hopper-split"): "the pack's grid depends on the weights operand; descriptors from the driver",
-}
-
-
 def test_every_step_declares_its_launches_and_the_core_launches_them():
-    """One shape of step: ``launches()`` declared, ``launch`` the core's (pre-work is an ``Upload``
-    in the list, ``operands`` or a ``handoff``); only ``BY_HAND`` still launch themselves, and
-    each of those really does (a ported step must leave the list)."""
-    own, undeclared = [], []
+    """One shape of step: ``launches()`` declared and ``launch`` the core's, never overridden
+    (pre-work is an ``Upload`` or ``LibraryCall`` in the list, ``operands`` or a ``handoff``)."""
+    undeclared, own = [], []
     for study in (lenet, mlp, vgg):
         for step in study.STEPS:
             cls = type(study.STEPS.impl(step.slug))
-            key = (study.STEPS.study, step.slug)
-            if cls.launches is StepImpl.launches and key not in BY_HAND:
-                undeclared.append(key)
-            if (cls.launch is not StepImpl.launch) != (key in BY_HAND):
-                own.append(key)
+            if cls.launches is StepImpl.launches:
+                undeclared.append((study.STEPS.study, step.slug))
+            if cls.launch is not StepImpl.launch:
+                own.append((study.STEPS.study, step.slug))
     assert not undeclared, f"steps that declare no launches(): {undeclared}"
-    assert not own, f"a launch() override outside BY_HAND, or a BY_HAND step that no longer has one: {own}"
+    assert not own, f"steps that override the core's launch(): {own}"

@@ -497,7 +497,7 @@ def test_tma_step_caches_the_descriptor_and_the_plan(monkeypatch):
     monkeypatch.setattr(cp.cuda.runtime, "getDevice", lambda: 0)
     monkeypatch.setattr(cp.cuda, "get_current_stream", lambda: stream)
     monkeypatch.setattr(impl, "kernel", lambda name, params, problem: (lambda *a, **k: launched.append((name, a[0]))))
-    monkeypatch.setattr(impl, "_plans", {})
+    monkeypatch.setattr(impl, "_launch_cache", {})
     monkeypatch.setattr(impl, "_maps", {})
     monkeypatch.setattr(type(impl.fallback()), "launch", lambda self, y, x, w, shape, params, stream=None:
                         fell_back.append(shape.N))
@@ -511,7 +511,7 @@ def test_tma_step_caches_the_descriptor_and_the_plan(monkeypatch):
     params = impl.params()
     for _ in range(3):
         impl.launch(array(4096), array(8192), w, MlpShape(12800), params)
-    assert asked == [(8192, 12800, 256, 72)] and len(launched) == 3 and len(impl._plans) == 1
+    assert asked == [(8192, 12800, 256, 72)] and len(launched) == 3 and len(impl._launch_cache) == 1
     assert stream.synced == 1      # the upload has landed before any stream's kernel reads it
     stream.capturing = True        # a new x while a graph is being captured: refused, nothing asked
     with pytest.raises(ShapeError, match="before capturing"):

@@ -276,25 +276,23 @@ class TmaFed(MlpImpl):
         """The kernel's arguments, x's descriptor first."""
         raise NotImplementedError
 
-    def launch(self, y, x, weights, shape, params, stream=None):
-        w = self.prepare_weights(weights)
-        if not self.readable(shape, x, y):
-            return self.fallback().launch(y, x, w, shape, self.fallback_params(), stream=stream)
+    def handoff(self, shape, params, y, operands):
+        """Shapes the TMA cannot read (N % 4 != 0, x or y not 16-byte aligned): the fallback's launches."""
+        return None if self.readable(shape, operands[0], y) else (self.fallback(), self.fallback_params())
+
+    def operands(self, operands, shape, params, stream=None):
+        """x, the weights prepared for this step, and x's descriptor (``x_map``: a new x's lands on
+        ``stream``); the current device asked once per call, for the device check and the key."""
         import cupy as cp
 
-        device = cp.cuda.runtime.getDevice()   # asked once per call: the device check and the descriptor's key
+        x, weights = operands
+        device = cp.cuda.runtime.getDevice()
         self.check_device(device)
-        fn, launch = self.planned(shape, params)
-        x_map = self.x_map(x, shape.N, params["l2_promotion"], stream, device)   # a new x's descriptor lands on this stream
-        fn(launch.grid, launch.block, self.kernel_args(x_map, x, w, y, shape), shared_mem=launch.dynamic_smem,
-           stream=stream)
-        return y
+        return x, self.prepare_weights(weights), self.x_map(x, shape.N, params["l2_promotion"], stream, device)
 
     def launch_args(self, launch, y, operands, shape, params):
-        """The declared launch's arguments (what ``launch`` passes, descriptor looked up once)."""
-        x, weights = operands
-        return self.kernel_args(self.x_map(x, shape.N, params["l2_promotion"]), x, self.prepare_weights(weights),
-                                y, shape)
+        x, w, x_map = operands
+        return self.kernel_args(x_map, x, w, y, shape)
 
 
 class TensorCoreHalfTma(TmaFed):

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from .. import limits, tma
 from ..errors import ParameterError, ShapeError
 from ..limits import ceil_div
-from ..steps import set_once
+from ..steps import Launch, StepImpl, set_once
 from .impls import VggStep
 from .problem import ConvPoolShape
 
@@ -236,27 +236,76 @@ class HopperStep(VggStep):
             self.kernel(name, params, problem)
         self.workspace(problem, params)
 
-    def launch(self, y, x, w, b, shape, params, stream=None):
-        import numpy as np
+    def kernel(self, name, params, problem):
+        fn = super().kernel(name, params, problem)
+        if name == "hopper_conv_pool":
+            set_once(fn, "max_dynamic_shared_size_bytes", self.smem_bytes())
+        return fn
 
+    def pack_launch(self, shape: ConvPoolShape, raw: bool) -> Launch:
+        """The pack over the input's blocks, and with a raw weight array (``raw``) the weights'
+        blocks too (compared with the packed copy, repacked where they differ)."""
+        blocks = self.pack_blocks(shape) - (0 if raw else self.weight_blocks(shape))
+        return Launch("hopper_pack", (blocks,), (PACK_THREADS,), key="raw" if raw else "")
+
+    def launches(self, shape, params):
+        """Prepared weights (``PreparedWeights``): the input's pack, then the GEMM; a raw weight
+        array is handed to ``RawWeightsCall`` (``handoff``), whose pack covers its blocks too."""
+        grid, block, smem = self.geometry(shape, params)
+        return [self.pack_launch(shape, raw=False), Launch("hopper_conv_pool", grid, block, dynamic_smem=smem)]
+
+    def handoff(self, shape, params, y, operands):
+        return None if isinstance(operands[1], PreparedWeights) else (self.raw_call, params)
+
+    def operands(self, operands, shape, params, stream=None):
+        """x, b, the input's workspace (planes and descriptors, made once per shape) and the packed
+        weights with the raw array and its snapshot (NULL for prepared weights)."""
+        x, w, b = operands
         cp_, xs, xmaps = self.workspace(shape, params)
-        pack = self.kernel("hopper_pack", params, shape)
-        main = self.kernel("hopper_conv_pool", params, shape)
-        smem = self.smem_bytes()
-        set_once(main, "max_dynamic_shared_size_bytes", smem)
-        grid, block, _ = self.geometry(shape, params)
-        i32 = np.int32
-        n_in = self.pack_blocks(shape) - self.weight_blocks(shape)
         if isinstance(w, PreparedWeights):
-            packed, raw, snapshot, blocks = w.packed(self, shape, params, stream), NULL, NULL, n_in
+            packed, raw, snapshot = w.packed(self, shape, params, stream), NULL, NULL
         else:
             packed = self.cached_weights(w, shape, params, stream)
-            raw, snapshot, blocks = w, packed.snapshot, n_in + self.weight_blocks(shape)
-        pack((blocks,), (PACK_THREADS,),
-             (xs[0], xs[-1], packed.planes[0], packed.planes[-1], x, raw, snapshot,
-              *map(i32, (shape.B, shape.C, shape.H, shape.W, shape.M, cp_, 0))), stream=stream)
-        main(grid, block, (y, b, xmaps, packed.maps, *map(i32, (shape.B, shape.H, shape.W, shape.M, cp_))),
-             shared_mem=smem, stream=stream)
+            raw, snapshot = w, packed.snapshot
+        return x, b, cp_, xs, xmaps, packed, raw, snapshot
+
+    def launch_args(self, launch, y, operands, shape, params):
+        import numpy as np
+
+        x, b, cp_, xs, xmaps, packed, raw, snapshot = operands
+        i32 = np.int32
+        if launch.kernel == "hopper_pack":
+            return (xs[0], xs[-1], packed.planes[0], packed.planes[-1], x, raw, snapshot,
+                    *map(i32, (shape.B, shape.C, shape.H, shape.W, shape.M, cp_, 0)))
+        return (y, b, xmaps, packed.maps, *map(i32, (shape.B, shape.H, shape.W, shape.M, cp_)))
+
+    @property
+    def raw_call(self) -> "RawWeightsCall":
+        found = self.__dict__.get("_raw_call")
+        if found is None:
+            found = self._raw_call = RawWeightsCall(self)
+        return found
+
+
+class RawWeightsCall(StepImpl):
+    """A Hopper step's call with a raw weight array: its launches with the pack over the input's and
+    the weights' blocks (one launch), the weights packed and cached on their first call."""
+
+    def __init__(self, of: HopperStep):
+        self.of, self.step, self.step_list = of, of.step, of.step_list
+
+    def launches(self, shape, params):
+        pack, main = self.of.launches(shape, params)
+        return [self.of.pack_launch(shape, raw=True), main]
+
+    def operands(self, operands, shape, params, stream=None):
+        return self.of.operands(operands, shape, params, stream)
+
+    def launch_args(self, launch, y, operands, shape, params):
+        return self.of.launch_args(launch, y, operands, shape, params)
+
+    def kernel(self, name, params, problem):
+        return self.of.kernel(name, params, problem)
 
 
 class PackedWeights:
