@@ -58,14 +58,11 @@ def test_the_recorder_sees_a_changed_launch(monkeypatch):
     impl = STEPS.impl("weights-shared")
     shape = {"B": 2, "C": 3, "H": 17, "W": 9, "M": 5, "K": 3}
     want = next(e for e in EXPECTED if e["step"] == "weights-shared" and e["shape"] == shape and not e["params"])
-    original = type(impl).launches if hasattr(type(impl), "launches") else None
-    assert original is not None
+    original = type(impl).launches
     from kernelbook.steps import Launch
 
     def shifted(self, problem, params):
         launches = original(self, problem, params)
-        if launches is None:  # the step launches by hand: shift its geometry instead
-            return None
         first = launches[0]
         return [Launch(first.kernel, (first.grid[0] + 1,) + tuple(first.grid[1:]), first.block,
                        first.dynamic_smem, first.static_smem, first.min_blocks)] + launches[1:]

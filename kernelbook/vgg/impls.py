@@ -71,9 +71,8 @@ def check_shape_type(shape) -> None:
 class VggStep(StepImpl):
     """What every step shares: its launches, checked by ``validate`` before any of them.
 
-    A step declares ``launches``/``launch_args`` (steps 00-10); ``geometry`` (grid, block and
-    dynamic shared memory of the launch where the time goes, for ``describe``) is read from them.
-    A step that launches by hand overrides ``geometry`` and ``launch`` instead."""
+    Every step declares ``launches``/``launch_args``; ``geometry`` (grid, block and dynamic shared
+    memory of the launch where the time goes, for ``describe``) is read from them."""
 
     precision = "fp32"
     tolerance = 1e-5
