@@ -4,7 +4,10 @@ colour-vision deficiency, and figures are drawn at 2x resolution for sharp pages
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
+import matplotlib.axes
 import matplotlib.figure
 import matplotlib.pyplot as plt
 import matplotlib.text
@@ -34,19 +37,194 @@ def configure_figures() -> None:
         shell = get_ipython()
     except Exception:  # outside Jupyter/IPython: nothing to configure
         return
-    if shell is not None:  # each figure's PNG carries what figure_faults found in it (tests/test_layout.py)
-        shell.display_formatter.formatters["image/png"].for_type(matplotlib.figure.Figure, _checked_png)
+    if shell is not None:
+        # A figure is shown as HTML: its PNG at the reading width and, for a phone, a narrow PNG redrawn
+        # by ``narrow`` (a <picture> picks one), with what figure_faults found in the output's
+        # metadata (tests/test_layout.py reads it). No separate PNG: one rendering per width.
+        formatters = shell.display_formatter.formatters
+        formatters["image/png"].pop(matplotlib.figure.Figure, None)
+        formatters["text/html"].for_type(matplotlib.figure.Figure, figure_html)
 
 
-#: Output metadata key of a figure's checks (``figure_faults``), beside its PNG.
+#: Output metadata key of a figure's checks (``figure_faults``).
 FIGURE_METADATA = "kernelbook_figure"
+#: The width a figure is shown at on a 400 px phone (the article's column there), its narrow
+#: variant's width in inches, the media query that picks it, and the smallest text a reader must
+#: get at that width (CSS px).
+NARROW_PX = 368
+NARROW_IN = 4.2
+NARROW_MEDIA = "(max-width: 600px)"
+MIN_TEXT_PX = 9.0
+#: A panel with more text labels than this (a heat map's values) shows none in the narrow variant.
+CELL_LABELS = 12
+#: The reading column at 1280 px (book/_static/kernelbook.css), where the wide PNG is shown.
+WIDE_PX = 828
 
 
-def _checked_png(fig):
-    from IPython.core.pylabtools import print_figure
+def _png(fig) -> tuple[bytes, float]:
+    """The PNG as the book shows it (tight box) and its width in inches."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=FIGURE_DPI, bbox_inches="tight")
+    width_in = fig.get_tightbbox(fig.canvas.get_renderer()).width
+    return buffer.getvalue(), width_in
+
+
+def smallest_text_px(fig, shown_px: float, width_in: float) -> float:
+    """The smallest visible text of ``fig`` in CSS px, its PNG (``width_in`` wide) shown at most
+    ``shown_px`` wide (never enlarged past its own pixels)."""
+    scale = min(shown_px, width_in * FIGURE_DPI) / (width_in * 72.0)
+    sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text)
+             if t.get_visible() and t.get_text().strip() and t.get_figure() is not None]
+    return min(sizes, default=99.0) * scale
+
+
+def _cells(fig) -> list:
+    """The figure's panels as its grid places them, in reading order: each an axes, or the nested
+    grid that a colorbar made beside its panel (moved as one)."""
+    from matplotlib.gridspec import GridSpecFromSubplotSpec
+
+    cells: dict = {}
+    for ax in fig.axes:
+        spec = ax.get_subplotspec() if ax.get_visible() else None
+        if spec is None:
+            continue
+        grid = spec.get_gridspec()
+        if isinstance(grid, GridSpecFromSubplotSpec):
+            while isinstance(grid._subplot_spec.get_gridspec(), GridSpecFromSubplotSpec):
+                grid = grid._subplot_spec.get_gridspec()  # the outermost nested grid of the panel
+            cells.setdefault(id(grid), (grid, grid.get_topmost_subplotspec()))
+        elif ax.get_label() != "<colorbar>":
+            cells.setdefault(id(ax), (ax, spec))
+    return sorted(cells.values(), key=lambda c: (c[1].rowspan.start, c[1].colspan.start))
+
+
+#: A tick label longer than this (a configuration's parameters) breaks over lines in the narrow variant.
+TICK_CHARS = 28
+
+
+def _wrap_text(text, chars: int) -> None:
+    """Break a text artist's lines longer than ``chars`` characters at spaces."""
+    lines = text.get_text().split("\n")
+    if max(len(line) for line in lines) > chars:
+        text.set_text("\n".join(textwrap.fill(line, chars) for line in lines))
+
+
+def _lines(text) -> int:
+    return text.get_text().count("\n") + 1
+
+
+def narrow(fig, min_pt: float | None = None) -> None:
+    """Redraw ``fig`` for a phone, in place: its panels in one column NARROW_IN wide, every text at
+    least ``min_pt`` (by default MIN_TEXT_PX at NARROW_PX), the legends under the panels, one entry a
+    line, the footer wrapped, and a panel's many cell labels (CELL_LABELS) hidden."""
+    import warnings
+
+    from matplotlib.gridspec import GridSpec
+
+    min_pt = min_pt or MIN_TEXT_PX * 72.0 * NARROW_IN / NARROW_PX + 0.3
+    cells = _cells(fig)
+    old_w, old_h = fig.get_size_inches()
+    rows = max((c[1].get_geometry()[0] for c in cells), default=1)
+    cols = max((c[1].get_geometry()[1] for c in cells), default=1)
+    for text in fig.findobj(matplotlib.text.Text):
+        if text.get_text().strip() and text.get_fontsize() < min_pt:
+            text.set_fontsize(min_pt)
+    # long titles, footers and tick labels break over lines: on one line they widen the figure and
+    # with it shrink every text when the PNG is fitted to the phone
+    tall_rows = 0.0
+    for text in [fig._suptitle] + [ax.title for ax in fig.axes] + list(fig.texts):
+        if text is not None and text.get_text():
+            _wrap_text(text, int(NARROW_IN * 72 / (0.55 * text.get_fontsize())))
+    for ax in fig.axes:
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        if labels and max(len(label) for label in labels) > TICK_CHARS:
+            wrapped = [textwrap.fill(label, TICK_CHARS) for label in labels]
+            ax.set_yticks(ax.get_yticks(), wrapped, fontsize=max(min_pt, ax.get_yticklabels()[0].get_fontsize()))
+            lines = max(w.count("\n") + 1 for w in wrapped)
+            tall_rows = max(tall_rows, len(labels) * lines * min_pt * 1.35 / 72 + 1.0)
+    for ax in fig.axes:  # a heat map's numbers in its cells: unreadable this narrow, the page's table has them
+        if len(ax.texts) > CELL_LABELS:
+            for text in ax.texts:
+                text.set_visible(False)
+    entries: list = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is not None:
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                if label not in [e[1] for e in entries]:
+                    entries.append((handle, label))
+            legend.remove()
+    for legend in list(fig.legends):
+        for handle, text in zip(legend.legend_handles, legend.get_texts()):
+            if text.get_text() not in [e[1] for e in entries]:
+                entries.append((handle, text.get_text()))
+        legend.remove()
+    # each panel keeps its shape, at the narrow width, with room for its labels
+    panel_w, panel_h = old_w / cols, old_h / rows
+    each = max(min(4.5, max(2.4, panel_h * NARROW_IN / panel_w + 0.9)), tall_rows)
+    if len(cells) > 1 and cols > 1:
+        grid = GridSpec(len(cells), 1, figure=fig)
+        for i, (what, _) in enumerate(cells):
+            if isinstance(what, matplotlib.axes.Axes):
+                what.set_subplotspec(grid[i, 0])
+            else:  # a panel and its colorbar: their nested grid moves to the new cell
+                what._subplot_spec = grid[i, 0]
+        height = each * len(cells)
+    else:
+        height = max(each * rows, old_h * NARROW_IN / old_w)
+    foot = [t for t in fig.texts if t.get_position()[1] < 0.15]
+    key_in = (0.2 * len(entries) * min_pt / 7.5 + 0.15) if entries else 0.0
+    foot_in = max((_lines(t) * t.get_fontsize() * 1.3 / 72 + 0.1 for t in foot), default=0.0)
+    top_in = (_lines(fig._suptitle) * fig._suptitle.get_fontsize() * 1.3 / 72 + 0.15) if fig._suptitle else 0.0
+    total = height + key_in + foot_in + top_in
+    fig.set_size_inches(NARROW_IN, total)
+    if entries:
+        fig.legend([h for h, _ in entries], [label for _, label in entries], loc="lower center", ncol=1,
+                   frameon=False, fontsize=min_pt, bbox_to_anchor=(0.5, foot_in / total))
+    fig.set_layout_engine("none")
+    for ax in fig.axes:  # each panel where its (new) cell is, before the layout adjusts the margins
+        if ax.get_subplotspec() is not None:
+            ax._set_position(ax.get_subplotspec().get_position(fig))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # what cannot be tightened shows in the measured text size
+        fig.tight_layout(rect=(0, (key_in + foot_in) / total, 1, 1 - top_in / total))
+
+
+def figure_html(fig):
+    """``fig`` for the book: a <picture> of its wide PNG and its narrow variant (``narrow``), and
+    what ``figure_faults`` found, with the smallest text at each width (CSS px), as output
+    metadata. The narrow variant must have text of at least MIN_TEXT_PX; the wide one is recorded."""
+    import base64
 
     faults = figure_faults(fig)
-    return print_figure(fig, "png", dpi=FIGURE_DPI, bbox_inches="tight"), {FIGURE_METADATA: {"faults": faults}}
+    wide, wide_in = _png(fig)
+    wide_px = smallest_text_px(fig, WIDE_PX, wide_in)
+    narrow(fig)
+    small, small_in = _png(fig)
+    small_px = smallest_text_px(fig, NARROW_PX, small_in)
+    for _ in range(2):  # wider than NARROW_IN (a long legend line): larger text, laid out again
+        if small_px >= MIN_TEXT_PX:
+            break
+        narrow(fig, min(t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip())
+               * MIN_TEXT_PX / small_px + 0.2)
+        small, small_in = _png(fig)
+        small_px = smallest_text_px(fig, NARROW_PX, small_in)
+    if small_px < MIN_TEXT_PX - 0.05:
+        faults.append(f"text of {small_px:.1f} px at 400 px (at least {MIN_TEXT_PX:g})")
+
+    def uri(data: bytes) -> str:
+        return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+    title = fig._suptitle.get_text() if fig._suptitle is not None else next(
+        (ax.get_title() for ax in fig.axes if ax.get_title()), "figure")
+    from .escape import html_text
+
+    body = (f'<picture class="kernelbook-figure"><source media="{NARROW_MEDIA}" srcset="{uri(small)}">'
+            f'<img src="{uri(wide)}" alt="{html_text(title)}"></picture>')
+    return body, {FIGURE_METADATA: {"faults": faults, "text_px": {"wide": round(float(wide_px), 1),
+                                                                   "narrow": round(float(small_px), 1)}}}
 
 
 def footer(fig, text: str, measuring: bool = True) -> None:
@@ -59,14 +237,14 @@ def footer(fig, text: str, measuring: bool = True) -> None:
 def _series_style(line) -> tuple:
     from matplotlib.colors import to_rgba
 
-    return (to_rgba(line.get_color()), str(line.get_marker()))
+    return (to_rgba(line.get_color()), str(line.get_marker()), str(line.get_linestyle()))
 
 
 def figure_faults(fig) -> list[str]:
     """What a reader could not tell apart or read in ``fig``, found from its drawn artists:
 
     - no run footer: a figure-level text at its foot (``footer``);
-    - two labelled line series of one panel with the same colour and marker;
+    - two labelled line series of one panel with the same colour, marker and line style;
     - a legend that overlaps a panel's data area or a tick label of another panel;
     A layout that warned is not checked here: tests/test_layout.py reads the outputs for it.
     """
@@ -85,11 +263,18 @@ def figure_faults(fig) -> list[str]:
                 continue
             style = _series_style(line)
             if style in seen:
-                bad.append(f"series {seen[style]!r} and {label!r} share a colour and marker")
+                bad.append(f"series {seen[style]!r} and {label!r} share a colour, marker and line style")
             seen.setdefault(style, label)
     legends = [ax.get_legend() for ax in axes if ax.get_legend() is not None] + list(fig.legends)
-    ticks = [t for ax in axes for t in ax.get_xticklabels() + ax.get_yticklabels()
-             if t.get_visible() and t.get_text().strip()]
+    ticks = []  # the tick labels drawn: matplotlib also keeps labels for ticks outside the view
+    for ax in axes:
+        box = ax.get_window_extent(renderer)
+        for axis, labels in ((0, ax.get_xticklabels()), (1, ax.get_yticklabels())):
+            for t in labels:
+                if t.get_visible() and t.get_text().strip():
+                    centre = t.get_window_extent(renderer).get_points().mean(axis=0)[axis]
+                    if (box.x0 if axis == 0 else box.y0) - 1 <= centre <= (box.x1 if axis == 0 else box.y1) + 1:
+                        ticks.append(t)
     for legend in legends:
         box = legend.get_window_extent(renderer)
         for ax in axes:
@@ -164,7 +349,7 @@ def step_deltas(steps: dict):
     fig.suptitle(f"{current.slug} against the baseline and the previous step", fontsize=10, parse_math=False)
     footer(fig, source, current.session is None or current.session.measuring)
     height = 2.9 * nrows + 1.2
-    fig.tight_layout(rect=(0, (0.2 * len(labels) + 0.3) / height, 1, 1 - 0.35 / height))
+    fig.tight_layout(rect=(0, (0.21 * len(labels) + 0.5) / height, 1, 1 - 0.35 / height))
     return fig
 
 

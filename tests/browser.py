@@ -43,7 +43,8 @@ class BrowserError(RuntimeError):
 # right end (a table that does not scroll reports true).
 MEASURE_JS = r"""
 (() => {
-  const art = document.querySelector('article.bd-article') || document.querySelector('article') || document.body;
+  const art = document.querySelector('article.bd-article') || document.querySelector('article') ||
+              document.body || document.documentElement;
   const a = art.getBoundingClientRect();
   const tables = [];
   for (const t of art.querySelectorAll('table.kernelbook-table')) {
@@ -155,19 +156,22 @@ class Browser:
         result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
                                                 "awaitPromise": True})
         if "exceptionDetails" in result:
-            raise BrowserError(f"script failed: {result['exceptionDetails'].get('text')}")
+            details = result["exceptionDetails"]
+            raise BrowserError(f"script failed: {details.get('exception', {}).get('description') or details.get('text')}")
         return result["result"].get("value")
 
     def measure_tables(self) -> dict:
         return self.evaluate(MEASURE_JS)
 
     def screenshot(self, out: Path, max_height: int = 9000) -> None:
-        """The whole page (up to ``max_height`` px) as a PNG."""
-        height = min(int(self.evaluate("document.documentElement.scrollHeight")), max_height)
+        """The whole page (up to ``max_height`` px) as a PNG: the window made as tall as the page,
+        then shot as it is (shooting "beyond the viewport" shifted the theme's layout)."""
         width = int(self.evaluate("window.innerWidth"))
-        shot = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
-                                                    "clip": {"x": 0, "y": 0, "width": width, "height": height,
-                                                             "scale": 1}})
+        height = min(int(self.evaluate("document.documentElement.scrollHeight")), max_height)
+        self.call("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        self.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))")
+        shot = self.call("Page.captureScreenshot", {"format": "png"})
         Path(out).write_bytes(base64.b64decode(shot["data"]))
 
     def close(self) -> None:
@@ -193,10 +197,12 @@ class Browser:
 
 
 def book_pages(html: Path) -> list[Path]:
-    """Every page of a built book: the HTML under ``html`` but Sphinx's own (search, genindex)."""
+    """Every page of a built book: the HTML under ``html`` but Sphinx's own (search, genindex) and
+    a page that only redirects (the root index.html)."""
     skip = {"search.html", "genindex.html", "py-modindex.html"}
     return sorted(p for p in Path(html).rglob("*.html")
-                  if p.name not in skip and "_static" not in p.parts and "_sources" not in p.parts)
+                  if p.name not in skip and "_static" not in p.parts and "_sources" not in p.parts
+                  and 'http-equiv="Refresh"' not in p.read_text(errors="replace")[:2000])
 
 
 def render(html: Path, out: Path, widths=(1280, 400), only: list[str] | None = None) -> list[Path]:

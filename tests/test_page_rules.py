@@ -139,7 +139,7 @@ def test_figure_faults_find_what_a_reader_cannot_tell_apart():
     ax.plot([1, 2], [2, 3], "x--", color="C0", label="C1 reported, 002")
     ax.legend(loc="center")  # over the data
     found = figure_faults(fig)
-    assert any("share a colour and marker" in f for f in found)
+    assert any("share a colour, marker and line style" in f for f in found)
     assert any("covers the data" in f for f in found)
     assert any("no run footer" in f for f in found)
     plt.close(fig)

@@ -183,7 +183,7 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     steps = list(dict.fromkeys(have["step"])) if not have.empty else []
     notes = above_roofs(have, ceilings, maths) if not have.empty else []
     key_rows = (len(steps) + len(ROOFS) + 2 + 1) // 2
-    key_height = 0.21 * key_rows + 0.55  # inches under the panels for the key and the provenance line
+    key_height = 0.22 * key_rows + 0.8  # inches under the panels for the key and the provenance line
     height = 5.0 * len(cases) + key_height
     fig, axes = plt.subplots(len(cases), 1, figsize=(7.5, height), dpi=110, squeeze=False)
     axes = [row[0] for row in axes]

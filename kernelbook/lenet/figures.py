@@ -97,10 +97,12 @@ def streams_sweep(grid):
         ax.set_ylabel("layer time (ms)")
         ax.set_title(f"batch {batch}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()  # one key under the panels, never over a line
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(labels), bbox_to_anchor=(0.5, 0.05),
+               frameon=False)
     fig.text(0.01, 0.005, grid.session.short_label, fontsize=7,
              color="0.35" if grid.session.measuring else "tab:red")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig
 
 
@@ -121,10 +123,12 @@ def timeline(grid, layer: str):
         end = max(e["end_ms"] for e in row["events"])
         ax.set_title(f"{layer}, batch {row['batch']}: {row['config_label']} — {end:.1f} ms", fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
-    axes[0][0].legend(handles, list(colors), fontsize=7, loc="upper right")
+    height = fig.get_figheight()  # the key under the panels, never over a bar
+    fig.legend(handles, list(colors), fontsize=8, loc="lower center", ncol=3, bbox_to_anchor=(0.5, 0.25 / height),
+               frameon=False)
     fig.text(0.01, 0.005, grid.session.short_label, fontsize=7,
              color="0.35" if grid.session.measuring else "tab:red")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.tight_layout(rect=(0, 0.6 / height, 1, 1))
     return fig
 
 
