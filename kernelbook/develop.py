@@ -287,7 +287,9 @@ def try_candidate(study, source, *, step: str | None = None, defines: dict | Non
     the chapter at each case's fastest correct configuration at the largest size. The choice is per
     case (per layer), as a chapter takes parameters per case: each case's op time is timed alone, so
     the per-case fastest also gives the smallest sum of the cases' op times (LeNet's Op Time 1 +
-    Op Time 2, its target). ``seed`` None draws one, recorded with the run. ``timer`` replaces
+    Op Time 2, its target). Should the chapter's checks still fail at a configuration the sweep
+    passed (a result that varies from launch to launch), that configuration is recorded failed in
+    the grid and the chapter runs again at the next fastest. ``seed`` None draws one, recorded. ``timer`` replaces
     ``measure.time_gpu`` (tests)."""
     from . import gpu, provenance
     from .errors import GPUUnavailable
@@ -375,26 +377,53 @@ def _measure(view, slug, tried: Tried, say, params, sweep, sizes, repeats, warmu
         tried.sweep = result
         for line in sweep_lines(result.records):
             say(line)
-        best = {}
-        for case in dict.fromkeys(case for case, _ in harness.problems(view, sizes)):
-            try:
-                best[case] = result.best(case)
-            except ResultsError:
-                continue
-        if not best:
-            say("no configuration passed its checks: nothing more is measured")
-            return
-        case_params = {case: {**params, **best.get(case, next(iter(best.values())))} for case in view.cases}
-        say(best_line(result, best))
-    chapter = run_chapter(view, slug, case_params=case_params, sizes=sizes, repeats=repeats, warmup=warmup,
-                          check_shapes=check_shapes, seed=seed, mode="measure", run_id=run_id)
-    tried.chapter = chapter
-    for line in chapter_lines(chapter):
-        say(line)
+    while True:
+        if sweep:
+            best = {}
+            for case in dict.fromkeys(case for case, _ in harness.problems(view, sizes)):
+                try:
+                    best[case] = result.best(case)
+                except ResultsError:
+                    continue
+            if not best:
+                say("no configuration passed its checks: nothing more is measured")
+                return
+            case_params = {case: {**params, **best.get(case, next(iter(best.values())))} for case in view.cases}
+            say(best_line(result, best))
+        chapter = run_chapter(view, slug, case_params=case_params, sizes=sizes, repeats=repeats, warmup=warmup,
+                              check_shapes=check_shapes, seed=seed, mode="measure", run_id=run_id)
+        tried.chapter = chapter
+        for line in chapter_lines(chapter):
+            say(line)
+        if chapter.correct or not sweep or not _fail_in_grid(tried.run, result, chapter, best, say):
+            break
     if chapter.correct:
         tried.compiler = _evidence(say, "compiler report", lambda: _compiler(chapter))
         if profile:
             tried.profile = _evidence(say, "Nsight Compute", lambda: _profile(chapter))
+
+
+def _fail_in_grid(run: results.Run, result, chapter, best: dict, say) -> bool:
+    """The chapter's checks failed at a configuration the sweep's passed (the same check cases: a
+    result that varies from launch to launch): record it failed in the grid part, never its best,
+    and say so. False when nothing was left to mark (the chapter is then final)."""
+    failed = {r["layer"] for r in chapter.records if r["metric"] == "correct" and r["value"] != 1.0}
+    marked = []
+    for r in result.records:
+        if r["layer"] in failed and r["layer"] in best and r.get("config") == best[r["layer"]] and r["value"] is not None:
+            r.update(value=None, status="failed check: the chapter's checks at this configuration failed")
+            for key in ("min", "max", "samples"):
+                r.pop(key, None)
+            marked.append(r)
+    if not marked:
+        return False
+    name = result.recording.part
+    part = run.read_part(name)
+    run.write_part(name, part["study"], result.records, part.get("checks"), part.get("extra"), part.get("parameters"))
+    shown = sorted({f"{r['layer']}: {r['config_label']}" for r in marked})
+    say(f"the chapter's checks failed where the sweep's passed ({'; '.join(shown)}): recorded as failed in the "
+        "grid; the chapter again at the next fastest correct configuration")
+    return True
 
 
 def _compiler(chapter):

@@ -413,6 +413,36 @@ def test_a_sweep_checks_each_configuration_on_the_chapters_own_check_cases(toy):
     assert isinstance(seed, int) and run.read_part("toy-rows-grid")["parameters"]["seed"] == seed
 
 
+JUDGED: list[int] = []   # each verdict on a COST=1 build
+
+
+class Flaky(Toy):
+    """COST=1 passes its first check set (the sweep's) and fails every later one (the chapter's):
+    a result that varies from launch to launch, on the same check cases."""
+
+    def judge(self, impl, got, case):
+        verdict = super().judge(impl, got, case)
+        if BUILT[-1]["cost"] == 1:
+            JUDGED.append(1)
+            verdict.passed = verdict.passed and len(JUDGED) <= 2 + self.check_shapes
+        return verdict
+
+
+def test_a_configuration_the_chapters_checks_fail_is_failed_in_the_grid_and_the_next_fastest_runs(toy):
+    _, dev, _ = toy
+    JUDGED.clear()
+    tried, lines = _try("kernels/toy/00_rows.cu", study=Flaky(), sweep={"COST": [1, 2, 3]})
+    run = results.load_run(tried.run.run_id, dev)
+    grid = {(r["config_label"], r["layer"]): (r["status"], r["value"]) for r in run.read_part("toy-rows-grid")["records"]}
+    assert grid[("COST=1", "short")] == ("failed check: the chapter's checks at this configuration failed", None)
+    assert grid[("COST=2", "short")] == ("ok", pytest.approx(0.2))
+    assert any(line.startswith("the chapter's checks failed where the sweep's passed (long: COST=1; short: COST=1)")
+               for line in lines), lines
+    assert tried.chapter.correct
+    ops = [r for r in run.read_part("toy-rows")["records"] if r["metric"] == "op_time_ms"]
+    assert {r["params"]["COST"] for r in ops} == {2} and all(r["candidate"] for r in ops)
+
+
 def test_an_interrupted_candidate_keeps_what_it_recorded_named_and_its_files(toy):
     _, dev, _ = toy
     calls = []
