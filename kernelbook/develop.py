@@ -389,7 +389,7 @@ def _measure(view, slug, tried: Tried, say, params, sweep, sizes, repeats, warmu
                 say("no configuration passed its checks: nothing more is measured")
                 return
             case_params = {case: {**params, **best.get(case, next(iter(best.values())))} for case in view.cases}
-            say(best_line(result, best))
+            say(best_line(result, best, summed=view.rows != "cases"))
         chapter = run_chapter(view, slug, case_params=case_params, sizes=sizes, repeats=repeats, warmup=warmup,
                               check_shapes=check_shapes, seed=seed, mode="measure", run_id=run_id)
         tried.chapter = chapter
@@ -487,9 +487,9 @@ def sweep_lines(records: list[dict]) -> list[str]:
     return lines
 
 
-def best_line(result, best: dict) -> str:
-    """Each case's fastest correct configuration with its time at the largest size, and their sum
-    (what a per-case choice minimises: the cases are timed apart)."""
+def best_line(result, best: dict, summed: bool = True) -> str:
+    """Each case's fastest correct configuration, its time at the largest size and, ``summed`` (cases
+    that are parts of one problem: LeNet's layers, timed apart), their sum, which that choice minimises."""
     from .sweep import config_label
 
     metric = result.parameters.get("metric", "op_time_ms")
@@ -500,7 +500,7 @@ def best_line(result, best: dict) -> str:
         largest = [r for r in rows if r["size"] == max((x["size"] for x in rows if x["size"] is not None), default=None)]
         timed[case] = (largest or rows)[0]["value"] if rows else None
     shown = "; ".join(f"{case}: {config_label(c)} ({_ms(timed[case])})" for case, c in best.items())
-    total = "" if len(best) < 2 or None in timed.values() else f"; sum {_ms(sum(timed.values()))}"
+    total = "" if not summed or len(best) < 2 or None in timed.values() else f"; sum {_ms(sum(timed.values()))}"
     return f"chapter at each case's fastest correct configuration: {shown}{total}"
 
 

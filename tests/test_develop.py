@@ -371,6 +371,8 @@ def test_a_two_layer_sweep_times_with_the_studys_options_and_picks_each_layers_f
     # per layer: each layer's own fastest, which is also the smallest sum of the two (timed apart)
     assert "chapter at each case's fastest correct configuration: short: COST=1 (0.1000 ms); " \
            "long: COST=3 (0.7000 ms); sum 0.8000 ms" in lines
+    # (a study whose cases are separate problems, a row each, shows no sum)
+    assert "sum" not in develop.best_line(tried.sweep, {"short": {"COST": 1}, "long": {"COST": 3}}, summed=False)
     ops = {r["layer"]: (r["params"]["COST"], r["value"]) for r in run.read_part("toy-rows")["records"]
            if r["metric"] == "op_time_ms"}
     assert ops == {"short": (1, pytest.approx(0.1)), "long": (3, pytest.approx(0.7))} and tried.chapter.correct
