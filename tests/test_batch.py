@@ -735,7 +735,7 @@ if __name__ == "__main__":
     root = Path(sys.argv[1])
     try:
         run_batch(toc=root / "_toc.yml", book_root=root / "book", out_dir=root / "out", mode="replay",
-                  workers=2, force=True, log=lambda line: print(line, flush=True))
+                  workers=2, parameters={"size": 5}, log=lambda line: print(line, flush=True))
     except KeyboardInterrupt:
         print("interrupted", flush=True)
         sys.exit(130)
@@ -840,7 +840,7 @@ from kernelbook.batch import run_batch
 if __name__ == "__main__":
     root = Path(sys.argv[1])
     run_batch(toc=root / "_toc.yml", book_root=root / "book", out_dir=root / "out", mode="replay",
-              workers=int(sys.argv[2]), force=True, log=lambda line: print(line, flush=True))
+              workers=int(sys.argv[2]), parameters={"size": 5}, log=lambda line: print(line, flush=True))
 """
 
 
@@ -873,7 +873,7 @@ def test_a_killed_batch_leaves_every_earlier_notebook_buildable(tmp_path, no_gpu
     while time.monotonic() < deadline and not list((book / "book" / "part").glob("started-*")):
         time.sleep(0.2)
     client.send_signal(getattr(signal, how))
-    client.wait(timeout=60)
+    assert client.wait(timeout=60) == -getattr(signal, how)  # it was running, and the signal ended it
     saved = {nb["name"]: nb for nb in json.loads((book / "out" / "batch.json").read_text())["notebooks"]}
     assert len(saved) == 4 and all(nb["status"] == "ok" for nb in saved.values()), saved
     stage_book(book / "out", tmp_path / "stage", toc=toc, config=book / "_config.yml", book_root=book / "book")
