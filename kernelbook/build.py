@@ -2,9 +2,10 @@
 
 Why a staged copy: the sources are MyST text notebooks, but the book must show the outputs of
 the papermill batch (one recorded run, executed once), and Jupyter Book must not execute
-anything itself. So the build copies ``_config.yml``, ``_toc.yml`` and ``book/`` into a fresh
-stage, replaces each notebook source by its executed ``.ipynb`` (removing the ``.md``, so Sphinx
-sees exactly one document per name), and builds the stage. The repository's own tree is never
+anything itself. So the build copies ``_config.yml``, ``_toc.yml`` and ``book/`` into a stage of
+its own, replaces each notebook source by its executed ``.ipynb`` (removing the ``.md``, so Sphinx
+sees exactly one document per name) once it is checked against the digest the batch recorded and
+cleaned for publishing (``kernelbook.publish``), and builds the stage. The repository's own tree is never
 modified, and the stage holds nothing but the book, so Sphinx cannot wander into ``_build``,
 ``.venv`` or ``data``.
 """
