@@ -251,6 +251,11 @@ def run_sweep(study, sweep: Sweep, *, mode: str = "auto", run_id: str | None = N
 NOT_RECORDED = "not recorded yet: this sweep runs with the next measured run on a GPU"
 
 
+def _absent(result: SweepResult) -> str:
+    """Why a sweep shows nothing: damaged (every recording of it), or not recorded yet."""
+    return result.recording.absence if result.recording.damaged else NOT_RECORDED
+
+
 def table(result: SweepResult):
     """Every configuration: its check status and its time per case and size; a sweep never
     recorded is a one-line message."""
@@ -259,7 +264,7 @@ def table(result: SweepResult):
     from .report import format_ms, message_table, styled
 
     if not result.found or not result.records:
-        return message_table(f"{result.step} sweep", f"The {result.step} sweep is {NOT_RECORDED}.")
+        return message_table(f"{result.step} sweep", f"The {result.step} sweep is {_absent(result)}.")
     frame = result.frame()
     metric = result.parameters.get("metric", "op_time_ms")
     frame = frame[frame["metric"] == metric]
@@ -286,7 +291,7 @@ def figure(result: SweepResult):
     if not result.found or not result.records:
         fig, ax = plt.subplots(figsize=(7, 1.2))
         ax.axis("off")
-        ax.text(0.5, 0.5, f"{result.step} sweep: {NOT_RECORDED}", ha="center", va="center", fontsize=9)
+        ax.text(0.5, 0.5, f"{result.step} sweep: {_absent(result)}", ha="center", va="center", fontsize=9)
         footer(fig, "not recorded")
         return fig
     frame = result.frame()

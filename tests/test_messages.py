@@ -312,3 +312,31 @@ def test_the_profiles_pages_check_repeats_when_replaying(results_root, no_gpu, p
             vendor.vendor(STUDY, mode="replay", repeats=-5)
         else:
             ceilings.ceilings(mode="replay", repeats=-5)
+
+
+def test_a_damaged_sweep_says_damaged_not_not_recorded(results_root, no_gpu):
+    from kernelbook import sweep
+    from kernelbook.lenet import STUDY
+    from kernelbook.lenet.grid import SWEEP
+
+    run = results.create_run({"device": {"name": "GPU"}, "commit": "c", "host": "h"})
+    run.write_part(STUDY.part(SWEEP.step, "grid"), "lenet", [results.record("lenet", SWEEP.step, "C1", 1, "m", 1.0)])
+    path = run.part_path(STUDY.part(SWEEP.step, "grid"))
+    path.write_text(path.read_text().replace('"value": 1.0', '"value": NaN'))
+    with pytest.warns(results.StoreWarning):
+        result = sweep.run_sweep(STUDY, SWEEP, mode="replay", required=False)
+    html = sweep.table(result).to_html()
+    assert "damaged" in html and "not recorded yet" not in html
+
+
+def test_damaged_ceilings_say_damaged(results_root, no_gpu):
+    from kernelbook.evidence import ceilings
+
+    run = results.create_run({"device": {"name": "GPU"}, "commit": "c", "host": "h"})
+    run.write_part(ceilings.PART, "device", [results.record("device", "ceilings", None, None, "copy_gbs", 1.0)])
+    assert "not recorded" not in ceilings.ceilings(mode="replay").label
+    path = run.part_path(ceilings.PART)
+    path.write_text(path.read_text().replace('"value": 1.0', '"value": NaN'))
+    with pytest.warns(results.StoreWarning):
+        label = ceilings.ceilings(mode="replay").label
+    assert "damaged" in label and "not recorded" not in label

@@ -158,7 +158,7 @@ class Ceilings(session_mod.RecordingView):
 
     @property
     def label(self) -> str:
-        return self.recording.label if self.recording.found else f"Device ceilings: {NOT_RECORDED}."
+        return self.recording.label if self.recording.found else f"Device ceilings: {self.recording.absence}."
 
 
 def ceilings(mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
