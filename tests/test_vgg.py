@@ -253,6 +253,49 @@ def test_winograd_refuses_kernel_sizes_without_tables_and_final_falls_back():
     final.validate(ConvPoolShape(1, 4, 8, 8, 4, 9), final.params())
 
 
+def test_final_routes_to_hopper_3xtf32_on_a_hopper_gpu(monkeypatch):
+    """On a Hopper GPU the final step hands the call to step 13 (hopper-3xtf32), the fastest
+    FP32-accurate step on record; a shape step 13 refuses (K > 15) keeps the 3xTF32 kernel, and
+    another GPU keeps Winograd (K in 1, 3, 5, 7) or 3xTF32."""
+    from kernelbook.vgg import final as final_module
+
+    final = STEPS.impl("final")
+    layer = ConvPoolShape(1, 256, 224, 224, 256, 5)
+    monkeypatch.setattr(final, "_hopper_shapes", {})
+    monkeypatch.setattr(final_module, "on_hopper", lambda: True)
+    step, params = final.handoff(layer, final.params(), None, ())
+    assert step.slug == "hopper-3xtf32" and params == step.params() and step.tolerance <= 1e-5
+    assert final.source_for(final.params(), layer) == "vgg/13_hopper_3xtf32.cu"
+    assert final.math_for(final.params(), layer) == "3xtf32" and not final.uses_winograd(layer)
+    assert final.kernels_for(final.params(), layer) == step.kernel_names
+    wide = ConvPoolShape(1, 4, 40, 40, 4, 17)   # step 13 takes K <= 15
+    assert final.handoff(wide, final.params(), None, ()) is None and final.source_for(final.params(), wide) == final.source
+    monkeypatch.setattr(final, "_hopper_shapes", {})
+    monkeypatch.setattr(final_module, "on_hopper", lambda: False)
+    step, _ = final.handoff(layer, final.params(), None, ())
+    assert step.slug == "winograd" and final.source_for(final.params(), layer) == "vgg/09_winograd.cu"
+
+
+def test_the_compiler_report_builds_the_final_steps_hopper_kernels_for_sm_90a(monkeypatch):
+    """On a Hopper GPU the final step's compiler report builds step 13's file for sm_90a (wgmma and
+    the TMA exist only there), the kernels that run the call; elsewhere its own targets."""
+    from kernelbook.evidence import compiler
+    from kernelbook.vgg import STUDY
+    from kernelbook.vgg import final as final_module
+
+    built = []
+    monkeypatch.setattr(kernels, "compile_cubin", lambda source, defines, arch=None: built.append((source, arch))
+                        or ("cubin", []))
+    monkeypatch.setattr(compiler, "sass_counts", lambda cubin: {})
+    final = STEPS.impl("final")
+    for hopper, want in ((True, ("vgg/13_hopper_3xtf32.cu", "sm_90a")), (False, ("vgg/09_winograd.cu", None))):
+        monkeypatch.setattr(final, "_hopper_shapes", {})
+        monkeypatch.setattr(final_module, "on_hopper", lambda: hopper)
+        built.clear()
+        compiler.collect(STUDY, "final", {})
+        assert built and set(built) == {want}
+
+
 # ----------------------------------------------------------------------------- steps 11-14 (Hopper)
 
 HOPPER = ["hopper-tf32", "hopper-fp16", "hopper-3xtf32", "hopper-split"]

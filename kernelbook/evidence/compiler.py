@@ -54,7 +54,7 @@ def collect(study, step: str, case_params: dict) -> list[dict]:
         source = impl.source_for(params, problem)
         key = (source, tuple(sorted(defines.items())))
         if key not in built:
-            cubin, report = kernels.compile_cubin(source, defines, arch=getattr(impl, "arch", "sm_90"))
+            cubin, report = kernels.compile_cubin(source, defines, arch=build_arch(impl, params, problem))
             built[key] = (report, sass_counts(cubin))
         report, sass = built[key]
         launched = impl.kernels_for(params, problem)
@@ -90,6 +90,13 @@ def for_chapter(chapter) -> session_mod.Recording:
                                             "sass": cuobjdump_path() is not None},
                                 mode=mode, run_id=run.run_id if mode == "measure" else None, prefer_run=run.run_id,
                                 required=False, compare={})
+
+
+def build_arch(impl, params, problem) -> str | None:
+    """The target the kernels that run ``problem`` are built for: the step's ``arch``, or, for a step
+    that hands a case to another step's kernels (``arch_for``), that step's."""
+    arch_for = getattr(impl, "arch_for", None)
+    return arch_for(params, problem) if arch_for is not None else getattr(impl, "arch", "sm_90")
 
 
 def compiled_problem(study, case: str):

@@ -1,10 +1,10 @@
 """Steps 09 and 10 of the VGG study: Winograd F(2×2, K×K) in FP32, and the final step, which runs
-the fastest FP32-accurate kernel for the shape (Winograd where it has transform tables, 3xTF32
-otherwise)."""
+the fastest FP32-accurate kernel of the study for the call (step 13's 3xTF32 on Hopper's own path
+on a Hopper GPU; elsewhere Winograd where it has transform tables, 3xTF32 otherwise)."""
 
 from __future__ import annotations
 
-from ..errors import ParameterError, ShapeError
+from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..steps import Launch
 from .impls import ThreeTF32, VggStep, _int32, _int_param, cached_workspace, ceil_div, check_shape_type
 from .problem import ConvPoolShape
@@ -121,49 +121,102 @@ class _Step09Kernels(Winograd):
 
 
 
-class Final(ThreeTF32):
-    """Step 10: the fastest FP32-accurate kernel for the call's K.
+def on_hopper() -> bool:
+    """True when this process's GPU is a Hopper (compute capability 9.0, what ``sm_90a`` runs on);
+    asked of the driver once per process (``limits.current``), so a call pays a look-up."""
+    from .. import gpu, limits
+    from ..capability import HOPPER
 
-    For K in 1, 3, 5, 7 that is step 09's Winograd F(2×2, K×K) (its kernels, from
-    kernels/vgg/09_winograd.cu), which the recorded runs time faster than 3xTF32 at B=1 (steps 08
-    and 09's pages). For other K it is this file's 3xTF32 implicit GEMM (step 08's kernel with
-    step 08's tile). Both are FP32-accurate (tolerance 1e-5).
+    return gpu.available() and tuple(limits.current().compute_capability) == HOPPER
+
+
+class Final(ThreeTF32):
+    """Step 10: the fastest FP32-accurate kernel of the study for the call.
+
+    On a Hopper GPU that is step 13, 3xTF32 on Hopper's own path (TMA + wgmma,
+    kernels/vgg/13_hopper_3xtf32.cu): the recorded runs time it fastest of the FP32-accurate steps
+    (steps 08, 09, 13 and 14's pages), and it passes the range test. Elsewhere (and for a shape
+    step 13 refuses) it is step 09's Winograd F(2×2, K×K) for K in 1, 3, 5, 7 (its kernels, from
+    kernels/vgg/09_winograd.cu), which the recorded runs time faster than 3xTF32 at B=1, and for
+    other K this file's 3xTF32 implicit GEMM (step 08's kernel with step 08's tile). All three are
+    FP32-accurate (tolerance 1e-5). With a raw weight array, step 13 packs it on its first call
+    and compares it with that copy on the device on each later one (no copy to the host).
     """
 
     kernel_names = ("conv_pool_final", "tc_pack_weights", "tc_pack_input")
+    HOPPER_STEP = "hopper-3xtf32"
 
     def __init__(self):
         super().__init__()
         self._winograd = _Step09Kernels()
+        self._hopper_shapes: dict = {}
 
     def uses_winograd(self, shape: ConvPoolShape) -> bool:
-        return isinstance(shape, ConvPoolShape) and shape.K in WINOGRAD_K
+        return isinstance(shape, ConvPoolShape) and shape.K in WINOGRAD_K and self.hopper(shape) is None
+
+    def hopper(self, shape: ConvPoolShape):
+        """Step 13's implementation when it runs this call (a Hopper GPU and a shape it takes), else
+        None; decided once per shape."""
+        if not (isinstance(shape, ConvPoolShape) and on_hopper()):
+            return None
+        found = self._hopper_shapes.get(shape)
+        if found is None:
+            step = self.other(self.HOPPER_STEP)
+            try:
+                step.validate(shape, step.params())
+                found = (step,)
+            except (ShapeError, LaunchLimitError):
+                found = (None,)
+            if len(self._hopper_shapes) > 256:
+                self._hopper_shapes.clear()
+            self._hopper_shapes[shape] = found
+        return found[0]
+
+    def routed(self, shape):
+        """``(step, its params)`` whose kernels run this call instead of this file's, or None."""
+        hopper = self.hopper(shape)
+        if hopper is not None:
+            return hopper, hopper.params()
+        if self.uses_winograd(shape):
+            return self._winograd, self._winograd.params()
+        return None
 
     def math_for(self, params, problem) -> str:
-        """Step 09's unit where the call goes to Winograd (its own count of multiplies), else 3xTF32."""
-        if self.uses_winograd(problem):
-            return self._winograd.math_for(self._winograd.params(), problem)
-        return "3xtf32"
+        """The unit of the step that runs the call (Winograd counts its own multiplies), else 3xTF32."""
+        other = self.routed(problem)
+        return other[0].math_for(other[1], problem) if other else "3xtf32"
 
     def source_for(self, params, problem) -> str:
-        return self._winograd.source if self.uses_winograd(problem) else self.source
+        other = self.routed(problem)
+        return other[0].source if other else self.source
 
     def defines(self, params, shape):
-        if self.uses_winograd(shape):
-            return self._winograd.defines(self._winograd.params(), shape)
-        return super().defines(params, shape)
+        other = self.routed(shape)
+        return other[0].defines(other[1], shape) if other else super().defines(params, shape)
+
+    def arch_for(self, params, problem) -> str | None:
+        """``sm_90a`` where step 13's kernels run the call (the compiler report builds them so)."""
+        hopper = self.hopper(problem)
+        return hopper.arch if hopper else self.arch
+
+    def kernel(self, name, params, problem):
+        hopper = self.hopper(problem)
+        return hopper.kernel(name, hopper.params(), problem) if hopper else super().kernel(name, params, problem)
+
+    def kernels_for(self, params, problem):
+        hopper = self.hopper(problem)
+        return hopper.kernel_names if hopper else super().kernels_for(params, problem)
 
     def launches(self, shape, params):
         """Step 09's four launches for K in 1, 3, 5, 7; else the 3xTF32 ones (read by the limit
-        checks and ``kernels_for``; ``launch`` routes the call)."""
-        if self.uses_winograd(shape):
-            return self._winograd.launches(shape, self._winograd.params())
-        return super().launches(shape, params)
+        checks and ``kernels_for``; ``launch`` routes the call). On a Hopper GPU, step 13's (None:
+        it launches by hand)."""
+        other = self.routed(shape)
+        return other[0].launches(shape, other[1]) if other else super().launches(shape, params)
 
     def geometry(self, shape, params):
-        if self.uses_winograd(shape):
-            return self._winograd.geometry(shape, self._winograd.params())
-        return super().geometry(shape, params)
+        other = self.routed(shape)
+        return other[0].geometry(shape, other[1]) if other else super().geometry(shape, params)
 
     def validate(self, shape, params):
         super().validate(shape, params)   # the 3xTF32 parameters and launches are checked either way
@@ -171,11 +224,12 @@ class Final(ThreeTF32):
             self._winograd.validate(shape, self._winograd.params())
 
     def prepare(self, params, problem):
-        if self.uses_winograd(problem):
-            self._winograd.prepare(self._winograd.params(), problem)
+        other = self.routed(problem)
+        if other:
+            other[0].prepare(other[1], problem)
         else:
             super().prepare(params, problem)
 
     def handoff(self, shape, params, y, operands):
-        """K in 1, 3, 5, 7: step 09's Winograd launches."""
-        return (self._winograd, self._winograd.params()) if self.uses_winograd(shape) else None
+        """A Hopper GPU: step 13's launches; else K in 1, 3, 5, 7: step 09's Winograd launches."""
+        return self.routed(shape)

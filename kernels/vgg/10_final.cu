@@ -1,5 +1,10 @@
 // Step 10 — the final FP32-accurate kernel.
 //
+// On a Hopper GPU step 10 hands every shape step 13 takes (odd K up to 15) to step 13,
+// 13_hopper_3xtf32.cu: 3xTF32 on Hopper's own path (TMA + wgmma), the fastest FP32-accurate
+// step of the study in the recorded runs (kernelbook/vgg/final.py decides, once per shape).
+// Elsewhere (the Hopper steps need sm_90a):
+//
 // For K = 1, 3, 5, 7 (the studied layer has K = 5) step 10 launches step 09's Winograd
 // F(2×2, K×K) kernels from 09_winograd.cu: on the H100 at B = 1 they measured 1.69 ms at
 // 2.7e-6 relative L2 against float64, against 3.07 ms for 3xTF32 (exploratory run). Winograd does
