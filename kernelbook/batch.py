@@ -337,6 +337,8 @@ def _refuse_empty_store(notebooks: list[Path]) -> None:
 
 #: The package's code: a notebook executed by other code is executed again.
 CODE_DIR = paths.REPO_ROOT / "kernelbook"
+#: Modules that run only when the book is built, never in a notebook (the build has a digest of its own).
+BUILD_ONLY = ("build.py", "publish.py")
 #: Folders of ``data/`` that no page reads as an input: derived arrays (rebuilt from the data),
 #: development runs.
 _NOT_INPUTS = ("cache", "dev")
@@ -364,7 +366,7 @@ def shared_inputs(mode: str, kernel_name: str) -> dict:
     import hashlib
 
     common = hashlib.sha256(f"mode={mode} kernel={kernel_name}\n".encode())
-    _tree_digest(common, CODE_DIR, "kernelbook", "**/*.py")
+    _tree_digest(common, CODE_DIR, "kernelbook", "**/*.py", skip=BUILD_ONLY)
     data = paths.data_dir()
     _tree_digest(common, data, "data", skip=_NOT_INPUTS + ("results",))
     _tree_digest(common, paths.results_dir(), "results")

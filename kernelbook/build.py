@@ -345,7 +345,16 @@ def inputs_digest(executed_dir: Path, toc: Path, config: Path, book_root: Path, 
             digest.update(f"{name} none\n".encode())
     for label, path in (("toc", toc), ("config", config)):
         digest.update(f"{label} {hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None}\n".encode())
-    _tree_digest(digest, executed_dir, "executed", skip=(LOCK_NAME,))
+    # The executed notebooks, and of their batch record what the build checks (a batch that kept
+    # every notebook rewrites its times and nothing else).
+    _tree_digest(digest, executed_dir, "executed", skip=(LOCK_NAME, "batch.json"))
+    try:
+        record = json.loads((executed_dir / "batch.json").read_text(encoding="utf-8")).get("notebooks") or []
+        checked = sorted((str(nb.get("name")), nb.get("status"), nb.get("error"), nb.get("source_sha256"),
+                          nb.get("notebook_sha256")) for nb in record if isinstance(nb, dict))
+    except (OSError, ValueError, AttributeError):
+        checked = None
+    digest.update(f"batch {json.dumps(checked)}\n".encode())
     _tree_digest(digest, book_root, "book", skip=(".ipynb_checkpoints",))
     for sibling in STAGED_SIBLINGS:
         _tree_digest(digest, root / sibling, sibling)
@@ -393,7 +402,7 @@ def _run_jupyter_book(stage: Path, output: Path, strict: bool, log) -> Path:
         closing = False
         for line in proc.stdout:
             # Plain text, and repository-relative paths (the stage mirrors the repository).
-            line = _ANSI.sub("", line.rstrip("\n")).replace(f"{stage}/", "")
+            line = _ANSI.sub("", line.rstrip("\n")).replace(f"{stage}/", "").replace(str(stage), "<staged book>")
             # Jupyter Book's closing words name the temporary output, which is swapped in and gone
             # a moment later: `kernelbook build` names the book where it lands instead.
             closing = closing or "Your book's HTML pages are here" in line or "Finished generating HTML" in line

@@ -290,7 +290,7 @@ class _Progress:
         retried = sum(1 for nb in report.notebooks if len(nb.attempts) > 1)
         per_worker: dict[str, int] = {}
         for nb in report.notebooks:
-            if nb.worker:
+            if nb.worker and not nb.kept:  # where this batch ran them
                 per_worker[nb.worker] = per_worker.get(nb.worker, 0) + 1
         spread = ", ".join(f"{w}: {n}" for w, n in sorted(per_worker.items()))
         kept = sum(1 for nb in report.notebooks if nb.kept)
