@@ -4,13 +4,11 @@ book, tests/test_page_rules.py to fabricated pages, so each rule is shown to fai
 - No image carries an inline size (``style="width:…px;height:…px"``), which would beat the
   stylesheet and draw the figure at a wrong aspect ratio.
 - No table's key columns are off-screen at 1280 px, measured in headless Chromium
-  (``layout_faults``, from tests/browser.py's measurements): no page scrolls sideways, no table
-  is wider than its page's article, and every key column ends inside its table's visible box; at
-  400 px a table may scroll, but its first column stays in view (sticky) while it does. The
-  older estimate (``offscreen_key_columns``): each column's width is estimated from its
-  longest cell (the tables do not wrap), and the right edge of the last key column (the first
-  column and those holding the comparison: this step, its changes, speed-ups, times, % of floor)
-  must fall inside the reading column.
+  (``layout_faults``, from tests/browser.py's measurements; tests/test_layout.py): no page scrolls
+  sideways, no table is wider than its page's article, and every key column (the first, and those
+  KEY_HEADER names: this step, its changes, speed-ups, times, % of floor, Result, Accuracy) ends
+  inside its table's visible box; at 400 px a table may scroll, but its first column stays in
+  view (sticky) while it does.
 - Every metric a sentence cites is a row or column of a table on that page.
 - No typed number in prose: a number with a unit (ms, µs, GFLOP/s, GB/s, %, ×) in a sentence must
   be one the page's outputs show, unless the paragraph quotes a write-up (tests/test_quotes.py
@@ -23,14 +21,6 @@ import re
 
 from bs4 import BeautifulSoup
 
-#: The reading column at a 1280 px window with book/_static/kernelbook.css: 1280 minus the
-#: navigation (15rem), the "on this page" column (11rem), the article's padding and a scrollbar.
-ARTICLE_PX = 800
-#: Tables are set at 0.8 of a 16 px font: ~7 px per character, 0.45em of padding on each side.
-CHAR_PX = 7.0
-PAD_PX = 12.0
-#: Cells of a ``kernelbook-wrap`` table break over lines at 34em (book/_static/kernelbook.css).
-WRAP_CHARS = 60
 KEY_HEADER = re.compile(r"^(This step|vs (previous|baseline)|speed-up|Speed-up|Time$|Its time|% of its floor|"
                         r"Op Time [12]$|Op 1 \+ Op 2|Verdict|Limit$|Value$|Total Execution Time|Accuracy$|Result$)")
 SEED = re.compile(r"\d{3}_[0-9a-f]{16}\.txt")
@@ -67,42 +57,6 @@ def inline_image_sizes(page: BeautifulSoup) -> list[str]:
         style = (img.get("style") or "").replace(" ", "")
         if re.search(r"(^|;)(width|height):\d", style):
             bad.append(f"{img.get('src', '')[:60]} style={img.get('style')}")
-    return bad
-
-
-def table_columns(table) -> tuple[list[str], list[float]]:
-    """(headers, estimated width of each column in px): the longest cell of each column."""
-    rows = [[c.get_text(" ", strip=True) for c in tr.find_all(["th", "td"])] for tr in table.find_all("tr")]
-    rows = [r for r in rows if r]
-    if not rows:
-        return [], []
-    headers = rows[0]
-    if table.find("thead") is not None:  # header cells wrap between words (kernelbook.css): their longest word counts
-        rows = [[max(h.split(), key=len, default="") for h in headers]] + rows[1:]
-    n = max(len(r) for r in rows)
-    widths = [0.0] * n
-    wrap = "kernelbook-wrap" in (table.get("class") or [])
-    for r in rows:
-        for i, cell in enumerate(r):
-            chars = min(len(cell), WRAP_CHARS) if wrap else len(cell)
-            widths[i] = max(widths[i], chars * CHAR_PX + PAD_PX)
-    return headers + [""] * (n - len(headers)), widths
-
-
-def offscreen_key_columns(page: BeautifulSoup, limit: float = ARTICLE_PX) -> list[str]:
-    """Tables whose last key column ends beyond ``limit`` px: what a reader at 1280 px cannot see
-    without scrolling sideways."""
-    bad = []
-    for table in article(page).find_all("table", class_="kernelbook-table"):
-        headers, widths = table_columns(table)
-        if not widths:
-            continue
-        keys = [0] + [i for i, h in enumerate(headers) if KEY_HEADER.match(h)]
-        edge = sum(widths[: max(keys) + 1])
-        if edge > limit:
-            caption = table.find("caption")
-            name = caption.get_text(" ", strip=True)[:80] if caption else " | ".join(headers[:4])
-            bad.append(f"{name!r}: key column {headers[max(keys)]!r} ends at ~{edge:.0f} px (> {limit:.0f})")
     return bad
 
 

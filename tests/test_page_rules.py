@@ -9,8 +9,7 @@ import pytest
 # tests may lack it, and its collection must not fail there.
 pytest.importorskip("bs4")
 
-from page_rules import (cited_absent_metrics, inline_image_sizes, offscreen_key_columns, soup,  # noqa: E402
-                        typed_numbers)
+from page_rules import cited_absent_metrics, inline_image_sizes, soup, typed_numbers  # noqa: E402
 
 
 def page(body: str):
@@ -28,18 +27,6 @@ def test_an_inline_image_size_is_found():
     bad = page('<div class="cell_output"><img src="a.png" style="width: 688px; height: 705px;"/></div>')
     good = page('<div class="cell_output"><img src="a.png" alt=""/></div>')
     assert inline_image_sizes(bad) and not inline_image_sizes(good)
-
-
-def test_a_key_column_past_the_reading_width_is_found():
-    narrow = page(table(["Layer", "This step (x)", "vs previous"], [["C1", "1.0 ms", "+5.0 %"]]))
-    assert not offscreen_key_columns(narrow)
-    wide = page(table(["Layer", "Metric", "Baseline (a-very-long-step-name)", "Previous step (another-long-one)",
-                       "This step (x)"], [["C1", "Achieved occupancy [%]", "1" * 60, "2" * 60, "3"]]))
-    assert offscreen_key_columns(wide)
-    # the same wide table with the key columns first fits: what follows them may scroll
-    fixed = page(table(["Layer", "This step (x)", "vs previous", "Baseline (a-very-long-step-name)"],
-                       [["C1", "3", "+1 %", "1" * 200]]))
-    assert not offscreen_key_columns(fixed)
 
 
 def test_a_metric_cited_but_not_shown_is_found():
