@@ -150,9 +150,9 @@ def leaderboard(study):
         size = part["Size"].iloc[0]
         display(styled(part.drop(columns=[study.case_header, "Size", "timing"]),
                        f"{study.title}, {study.case_header.lower()} {case} at size {size}: every step (medians). "
-                       f"'% of its floor' uses the ceilings measured in the step's run (the newest recorded ones "
-                       f"when it measured none) and the rate of the unit it "
-                       f"runs on (see each profiles page); 'vs X' is X's time / the step's (above 1: the step is "
+                       f"'% of its floor' uses the limits of the step's device (the datasheet peaks, or the ceilings "
+                       f"measured in the step's run where higher; the newest recorded ones when it measured none) at "
+                       f"the rate of the unit it runs on (see each profiles page); 'vs X' is X's time / the step's (above 1: the step is "
                        f"faster; † the library was timed in another run than the step, on the same device "
                        f"model).{_timing_caption(part['timing'])}"))
     from IPython.display import Markdown
@@ -193,9 +193,7 @@ def step_chart(study):
 def devices(study):
     """Each device's recording of every step (rows: step and case, columns: devices)."""
     by_device: dict = {}
-    for run in results.list_runs():
-        if results.is_candidate(run):  # a development candidate stands in for a step; it is cited by id only
-            continue
+    for run in (r for r in results.list_runs() if not results.is_candidate(r)):   # (a candidate: cited by id)
         for slug in study.steps.slugs():
             part = results.readable_part(run, study.part(slug))
             if part is None:
@@ -367,8 +365,9 @@ def targets(study):
         frame = frame.drop(columns=["Limit set by"])
     return styled(frame, wrap=True, caption=f"{study.title}: each target, where its limit comes from, and the numbers it is judged "
                          "beside ('Its floor': the least time the case can take on this device at the rate of the "
-                         "step's unit, from the ceilings measured in the step's run, or the newest recorded ones when "
-                         "that run measured none)." + source_note)
+                         "step's unit, a limit: the datasheet peak, or the ceiling measured in the step's run where "
+                         "higher; 'Margin': how far under or over the limit; the spread: the fastest and slowest "
+                         "repeat behind the time)." + source_note)
 
 
 def banner(*studies):
