@@ -636,3 +636,64 @@ def test_wgmma_step_caches_its_descriptor_and_checks_the_device_once(monkeypatch
     impl.launch(array(4096), array(8196), w, MlpShape(12800), impl.params())     # x 4 bytes off
     impl.launch(array(4096), array(8192), w, MlpShape(12801), impl.params())     # N % 4 != 0
     assert fell_back == [12800, 12801] and len(asked) == 1
+
+
+# ----------------------------------------------------------------------------- step 15 outside half's range
+
+def test_step_15_finds_weights_outside_halfs_range_when_packing():
+    """Weights the 3xFP16 split cannot hold (|w| >= 65520, a non-finite one, a row whose largest
+    magnitude is not 0 but below 2^-6) set ``exact_only`` at packing, on the host: every column then
+    takes the kernel's FP32 path; the shipped weights, a zero row and the edges inside do not."""
+    weights = data.make_weights(11)
+    assert pack.f16_split_exact(weights) == 0
+
+    def changed(layer, row, value, whole_row=False):
+        w = [a.copy() for a in weights]
+        if whole_row:
+            w[2 * layer][row] *= np.float32(value)
+        else:
+            w[2 * layer][row, 3] = np.float32(value)
+        return tuple(w)
+
+    for layer in range(3):
+        assert pack.f16_split_exact(changed(layer, 1, 65520.0)) == 1       # half(65520) is infinite
+        assert pack.f16_split_exact(changed(layer, 1, -1e5)) == 1
+        assert pack.f16_split_exact(changed(layer, 1, np.nan)) == 1
+        assert pack.f16_split_exact(changed(layer, 1, 65504.0)) == 0       # half's largest, finite
+        row_top = np.abs(weights[2 * layer][1]).max()
+        assert pack.f16_split_exact(changed(layer, 1, 2.0 ** -7 / row_top, whole_row=True)) == 1
+        assert pack.f16_split_exact(changed(layer, 1, 2.0 ** -6 / row_top, whole_row=True)) == 0
+        assert pack.f16_split_exact(changed(layer, 1, 0.0, whole_row=True)) == 0   # zeros are exact
+    scaled = tuple(a * np.float32(1e5) if i % 2 == 0 else a for i, a in enumerate(weights))
+    assert pack.f16_split_exact(scaled) == 1
+    biased = tuple(a * np.float32(1e30) if i % 2 == 1 else a for i, a in enumerate(weights))
+    assert pack.f16_split_exact(biased) == 0                                # biases are never split
+
+
+def test_step_15_packs_the_exact_path_and_passes_its_flag_without_a_device_copy():
+    """The 3xFP16 launch takes the FP32 weights (W1^T b1 W2^T b2 W3 b3) and the host's flag as a
+    kernel argument; the packing is step 19's FP32 layout, and the kernel's thresholds are pack.py's."""
+    from kernelbook.mlp.impls import PreparedWeights
+
+    weights = data.make_weights(4)
+    impl = STEPS.impl("final")
+    packed = impl.packing(weights)
+    W1, b1, W2, b2, W3, b3 = weights
+    raw = packed["raw"]
+    assert raw.dtype == np.float32 and raw.size == 71 * 64 + 64 + 64 * 64 + 64 + 4 * 64 + 4
+    assert np.array_equal(raw[:71 * 64].reshape(71, 64), W1.T) and np.array_equal(raw[-4:], b3)
+    assert np.array_equal(raw, pack.wgmma_full_range(weights)["raw"])
+    assert packed["exact_only"] == 0
+    flagged = impl.packing(tuple(a * np.float32(1e5) for a in weights))
+    assert flagged["exact_only"] == 1
+    prepared = PreparedWeights(weights, {"split": "split", "raw": "raw", "packed": "packed", "exact_only": 1})
+    shape, params = MlpShape(300), impl.params()
+    (launch,) = impl.launches(shape, params)
+    args = impl.launch_args(launch, "y", ("x", prepared), shape, params)
+    assert launch.kernel == "fusedTensorCore3xFP16Kernel"
+    assert args[:4] == ("x", "split", "raw", "y") and args[4] == 300 and args[5] == 1 and isinstance(args[5], np.int32)
+    source = kernels.source_path("mlp/15_final.cu").read_text()
+    assert f"#define S_SMALL {pack.SPLIT_SMALL!r}f" in source and "m > 65504.0f" in source
+    edge = np.float32(pack.SPLIT_OVERFLOW)       # where rounding to half starts giving infinity
+    with np.errstate(over="ignore"):
+        assert np.isinf(edge.astype(np.float16)) and np.isfinite(np.nextafter(edge, np.float32(0)).astype(np.float16))

@@ -117,6 +117,31 @@ def f16_split_fragments(weights, biases=None, lo_shift: float = 1.0) -> np.ndarr
     return np.frombuffer(b"".join(chunks), dtype=np.uint8).copy()
 
 
+SPLIT_OVERFLOW = 65520.0    # half(v) rounds to infinity from here (kernels/mlp/15_final.cu)
+SPLIT_SMALL = 2.0 ** -6     # S_SMALL: a largest magnitude below this (and not 0) loses bits in the split
+
+
+def f16_split_exact(weights) -> int:
+    """Step 15: 1 when a weight matrix leaves half's range as the 3xFP16 split needs it (a non-finite
+    weight, |w| >= 65520, where half(w) is infinite, or a row whose largest magnitude is not 0 but
+    below 2^-6, whose residuals turn subnormal), else 0. Set, it sends every column to the kernel's
+    FP32 path; the biases are never split and need no check (kernels/mlp/15_final.cu)."""
+    for W in (np.asarray(a, np.float32) for a in weights[0::2]):
+        if not np.isfinite(W).all():
+            return 1
+        top = np.abs(W).max(axis=1)
+        if (top >= SPLIT_OVERFLOW).any() or ((top > 0) & (top < SPLIT_SMALL)).any():
+            return 1
+    return 0
+
+
+def exact_fp32(weights) -> np.ndarray:
+    """The FP32 weights of the kernels' exact path (kernels/mlp/exact_fp32.cuh): W1^T, b1, W2^T,
+    b2, W3, b3 concatenated, so that a warp's 32 lanes read 128 consecutive bytes."""
+    W1, b1, W2, b2, W3, b3 = (np.asarray(a, np.float32) for a in weights)
+    return np.concatenate([a.ravel() for a in (W1.T, b1, W2.T, b2, W3, b3)]).astype(np.float32)
+
+
 def register_tiled(weights) -> np.ndarray:
     """Step 16: W1^T (72 rows: row 71 zero) and W2^T, row stride 68 floats with units 0..31 at
     0..31 and units 32..63 at 36..67; then W3^T (64 x 4), b1, b2, b3 padded to 8. 9,640
@@ -223,5 +248,4 @@ def wgmma_full_range(weights) -> dict[str, np.ndarray]:
     blob = np.concatenate([np.concatenate([b.ravel() for b in blocks]).view(np.uint8),
                            floats.astype(np.float32).view(np.uint8), ints.view(np.uint8)])
     assert blob.size == WGMMA_BYTES
-    raw = np.concatenate([a.ravel() for a in (W1.T, b1, W2.T, b2, W3, b3)]).astype(np.float32)
-    return {"wgmma": blob, "raw": raw, "exact_only": int(exact)}
+    return {"wgmma": blob, "raw": exact_fp32(weights), "exact_only": int(exact)}

@@ -1,23 +1,40 @@
-// MLP step 15 - final: the fastest FP32-accurate kernel per test case.
+// MLP step 15 - final: the fastest FP32-accurate kernel per test case, inside half's range.
 //
 // Step 13 showed that 3xTF32 keeps FP32 accuracy on tensor cores, at three m16n8k8 products
 // per product. This file adds the same idea on the FP16 datapath, which does twice the work per
 // instruction: every operand is split as v = hi + lo with hi = half(v), lo = half(v - hi), and
 //   acc += a_lo * b_hi + a_hi * b_lo + a_hi * b_hi       (mma.sync m16n8k16, FP32 accumulation)
 // hi and lo together carry 22 significant bits (float has 24); the dropped a_lo * b_lo term is
-// about 2^-22 of a product. lo is not rescaled: below 2^-14 it turns subnormal and keeps an
-// absolute error under 2^-25, far below what the float64 check allows for these inputs (|x| <= 1,
-// He-scaled weights). Values beyond 65504 would overflow half: the inputs, weights and hidden
-// activations of this network stay orders of magnitude below.
+// about 2^-22 of a product.
+//
+// Half's range, from this arithmetic. The split is the only step that leaves float: hi = half(v)
+// rounds to nearest, so it overflows to infinity exactly when |v| >= 65520 (what half(v) gives
+// above that is inf, and inf - inf makes lo NaN). Below that, products of two halves are exact in
+// float (at most 65504^2, about 4.3e9) and a 72-term sum of them stays far inside float's range,
+// so no product or accumulator overflows. At the small end, v - hi is exact and lo = half(v - hi)
+// keeps 11 bits while |v - hi| >= 2^-14, else it is subnormal with an absolute error below 2^-25;
+// so every value is represented to within max(2^-22 |v|, 2^-25), which is within 2^-19 of its
+// column's largest magnitude M when M >= 2^-6 (the bound step 17 works to). A column is inside
+// half's range, for one layer, when the largest |hi| of its split values is finite and either 0
+// or at least 2^-6. The kernel checks exactly that for x, ReLU(h1) and ReLU(h2): each lane keeps
+// the largest |hi| of its share of each of its two columns (one HMNMX2 per split pair, the halves
+// already in registers), per layer; a lane's share judged alone only flags more columns, never
+// fewer. After the tile a warp ballot finds the lane groups with a column outside, and the warp
+// recomputes those columns in plain FP32 on the CUDA cores (exact_fp32.cuh; their fast-path
+// results are not stored). Weights outside half's range are found once, on the host, when they
+// are packed (kernelbook/mlp/pack.py:f16_split_exact): then every column takes the FP32 path
+// (exact_only). So the kernel is FP32-accurate for any finite data, and fast while the data stays
+// inside half's range (as this network's shipped weights and signals do). Biases are never split.
 //
 // Register use and fragment layout are step 14's (k16 accumulators are the next A fragments);
 // the weights are packed as uint4 {b0_hi, b1_hi, b0_lo, b1_lo} per lane, then the biases
 // (39,456 bytes of static shared memory). Step 13's kernel is compiled into the same module;
 // the host (kernelbook.mlp.tensor.Final) picks the kernel and its launch shape per test case.
-// In an exploratory H100 run the 3xFP16 kernel won at both sizes (100x100: 0.36 ms against
-// 0.57-0.61 ms for 3xTF32; 5x5: 8 us against 11 us), with relative L2 error 8e-7 vs float64.
+// Arguments: x, the packed weights, the FP32 weights of the exact path (W1^T b1 W2^T b2 W3 b3), y,
+// n, exact_only.
 #include "mma_fragments.cuh"     // mma_f16x, split2, mma_3xf16
 #include "tc_3xtf32_kernel.cuh"   // step 13's kernel
+#include "exact_fp32.cuh"         // exact_columns: the FP32 path
 
 #define S_K1 5
 #define S_K2 4
@@ -26,10 +43,46 @@
 #define S_F2 (S_K2 * S_NT * 32)
 #define S_F3 (S_K2 * 32)
 #define S_UINT4S (S_F1 + S_F2 + S_F3 + 136 / 4)
+#define S_SMALL 0.015625f   // 2^-6: a column's largest |hi| below this (and not 0) loses bits
+
+// The hi parts of a split pair into the running largest |hi| of their column (one HMNMX2).
+static __device__ __forceinline__ void track_hi(unsigned hi, __half2 &mx)
+{
+    mx = __hmax2(mx, __habs2(*reinterpret_cast<const __half2 *>(&hi)));
+}
+
+// A lane's share of a column for one layer is outside half's range: an infinite hi (|v| >= 65520)
+// or a largest |hi| that is not 0 but below 2^-6.
+static __device__ __forceinline__ bool outside_half(__half2 mx)
+{
+    const float m = fmaxf(__low2float(mx), __high2float(mx));
+    return m > 65504.0f || (m > 0.0f && m < S_SMALL);
+}
+
+// After a layer's splits: flag this lane's columns whose share left half's range; start the next layer.
+template <int M>
+static __device__ __forceinline__ void check_layer(__half2 (&mx)[M][2], unsigned &outside)
+{
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            if (outside_half(mx[m][c])) outside |= 1u << (2 * m + c);
+            mx[m][c] = __float2half2_rn(0.0f);
+        }
+}
+
+// Columns col0 + 16 m + gg and + 8 on the FP32 path (kept out of line: the fast path's registers
+// stay the fast path's).
+static __device__ __noinline__ void exact_group(const float *__restrict__ x, const float *__restrict__ raw,
+                                                float *__restrict__ y, int n, int c0, int lane)
+{
+    exact_columns(x, raw, y, n, c0, c0 + 8, lane);
+}
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict__ packed,
-                            float *__restrict__ y, int n)
+                            const float *__restrict__ raw, float *__restrict__ y, int n, int exact_only)
 {
     __shared__ uint4 smem[S_UINT4S];
     for (int i = threadIdx.x; i < S_UINT4S; i += WARPS * 32) smem[i] = packed[i];
@@ -43,8 +96,20 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
     const int g = lane / 4, q = lane % 4;
     const int tiles = (n + 16 * M_TILES - 1) / (16 * M_TILES);
 
+    if (exact_only) {   // weights outside half's range (found on the host): every column in FP32
+        for (int tile = blockIdx.x * WARPS + warp; tile < tiles; tile += gridDim.x * WARPS)
+            for (int c0 = tile * 16 * M_TILES; c0 < min(n, (tile + 1) * 16 * M_TILES); c0 += 16)
+                for (int gg = 0; gg < 8 && c0 + gg < n; ++gg) exact_group(x, raw, y, n, c0 + gg, lane);
+        return;
+    }
+
     for (int tile = blockIdx.x * WARPS + warp; tile < tiles; tile += gridDim.x * WARPS) {
         const int col0 = tile * 16 * M_TILES;
+        // Bit 2 m + c: this lane's share of column col0 + 16 m + g + 8 c left half's range in a layer.
+        unsigned outside = 0;
+        __half2 mx[M_TILES][2];
+#pragma unroll
+        for (int m = 0; m < M_TILES; ++m) mx[m][0] = mx[m][1] = __float2half2_rn(0.0f);
 
         float acc[M_TILES][S_NT][4];
         bias_fragments(acc, bias, 0, q);
@@ -62,7 +127,10 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
                     v[e] = (k < IN && c < n) ? x[(size_t)k * n + c] : 0.0f;
                 }
 #pragma unroll
-                for (int r = 0; r < 4; ++r) split2(v[2 * r], v[2 * r + 1], hi[m][r], lo[m][r]);
+                for (int r = 0; r < 4; ++r) {   // r even: column g, r odd: column g + 8
+                    split2(v[2 * r], v[2 * r + 1], hi[m][r], lo[m][r]);
+                    track_hi(hi[m][r], mx[m][r & 1]);
+                }
             }
 #pragma unroll
             for (int nt = 0; nt < S_NT; ++nt) {
@@ -72,6 +140,8 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
             }
         }
 
+        check_layer(mx, outside);
+
         float acc2[M_TILES][S_NT][4];
         bias_fragments(acc2, bias, HIDDEN, q);
 #pragma unroll
@@ -80,9 +150,10 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
 #pragma unroll
             for (int m = 0; m < M_TILES; ++m)
 #pragma unroll
-                for (int r = 0; r < 4; ++r) {
+                for (int r = 0; r < 4; ++r) {   // r even: row g (column g), r odd: row g + 8
                     const float *c = acc[m][2 * j + r / 2] + 2 * (r % 2);
                     split2(fmaxf(c[0], 0.0f), fmaxf(c[1], 0.0f), hi[m][r], lo[m][r]);
+                    track_hi(hi[m][r], mx[m][r & 1]);
                 }
 #pragma unroll
             for (int nt = 0; nt < S_NT; ++nt) {
@@ -91,6 +162,8 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
                 for (int m = 0; m < M_TILES; ++m) mma_3xf16(acc2[m][nt], hi[m], lo[m], b);
             }
         }
+
+        check_layer(mx, outside);
 
         float out[M_TILES][4];
         bias_fragments(out, bias, 2 * HIDDEN, q);
@@ -104,14 +177,38 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
                 for (int r = 0; r < 4; ++r) {
                     const float *c = acc2[m][2 * j + r / 2] + 2 * (r % 2);
                     split2(fmaxf(c[0], 0.0f), fmaxf(c[1], 0.0f), hi[r], lo[r]);
+                    track_hi(hi[r], mx[m][r & 1]);
                 }
                 mma_3xf16(out[m], hi, lo, b);
             }
         }
 
-        // Lane (g, q) holds outputs 2q, 2q + 1 of columns g and g + 8: only q < 2 are real.
+        check_layer(mx, outside);
+
+        // Only columns below n count (the zeros past n leave the biases, which may be small).
+#pragma unroll
+        for (int m = 0; m < M_TILES; ++m) {
+            if (col0 + 16 * m + g >= n) outside &= ~(1u << (2 * m));
+            if (col0 + 16 * m + g + 8 >= n) outside &= ~(2u << (2 * m));
+        }
+        // Lane group g (lanes 4g .. 4g + 3) holds columns g and g + 8 of each m-tile: where any of
+        // its lanes saw a column outside half's range, the warp recomputes the pair in FP32 and the
+        // group stores nothing of that m-tile. Lane (g, q) holds outputs 2q, 2q + 1: only q < 2 store.
+        unsigned skip = 0;   // bit m: this lane group's m-tile pair went the FP32 path
+        if (__any_sync(0xffffffffu, outside != 0)) {
+#pragma unroll
+            for (int m = 0; m < M_TILES; ++m) {
+                unsigned flagged = __ballot_sync(0xffffffffu, (outside >> (2 * m)) & 3u);
+                if ((flagged >> (lane & ~3)) & 0xFu) skip |= 1u << m;
+                while (flagged) {
+                    const int first = __ffs(flagged) - 1;
+                    flagged &= ~(0xFu << (first & ~3));
+                    exact_group(x, raw, y, n, col0 + 16 * m + (first >> 2), lane);
+                }
+            }
+        }
         if (q < OUT / 2) {
-            store_output_fragments(y, out, col0, g, q, n);
+            store_output_fragments(y, out, col0, g, q, n, skip);
         }
     }
 }

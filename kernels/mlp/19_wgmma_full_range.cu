@@ -65,6 +65,8 @@
 #define H_TOP 136                  // hidden values (hi truncated): largest into [2^9, 2^10) ...
 #define H_SPAN 25                  // ... nonzero ones down to 2^-16
 
+#include "exact_fp32.cuh"          // exact_columns: the FP32 path (needs IN, HIDDEN, OUT)
+
 // The packed weights (byte offsets): per layer and k-step j, the B of hi and of lo' as 8 row groups
 // x 2 core matrices x 8 rows x 8 halves (2,048 bytes); layer 3 in FP32 as [c][e][q][o]
 // (W3[o][8c + 2q + e] as float4 over o: the four lanes q of a row group read 64 consecutive bytes;
@@ -160,68 +162,13 @@ static __device__ __forceinline__ void track_hidden(float v, float &mx, unsigned
 }
 
 // ---------------------------------------------------------------- the exact path (FP32, CUDA cores)
-// Columns c0 and c0 + 1 (a lane pair's two A rows) in plain FP32 by the whole warp: lane l computes
-// hidden units l and l + 32 of both columns; layer 2 gets each layer-1 value by shuffle; layer 3's
-// 8 sums are reduced over the warp. About 1,200 instructions: a warp that meets a value outside
-// the window pays this per flagged lane group, not a 16-column recomputation. The weights come
-// transposed (``raw``: W1^T, b1, W2^T, b2, W3, b3) so that the 32 lanes read 128 consecutive bytes.
+// Columns c0 and c0 + 1 (a lane pair's two A rows) in plain FP32 by the whole warp (exact_fp32.cuh):
+// a warp that meets a value outside the window pays this per flagged lane group, not a 16-column
+// recomputation.
 static __device__ __forceinline__ void exact_pair(const float *__restrict__ x, const float *__restrict__ raw,
                                                   float *__restrict__ y, int n, int c0, int lane)
 {
-    const float *W1T = raw, *b1 = W1T + IN * HIDDEN, *W2T = b1 + HIDDEN, *b2 = W2T + HIDDEN * HIDDEN;
-    const float *W3 = b2 + HIDDEN, *b3 = W3 + OUT * HIDDEN;
-    const bool has1 = c0 + 1 < n;
-    float h[2][2];   // [unit lane, lane + 32][column c0, c0 + 1]
-#pragma unroll
-    for (int a = 0; a < 2; ++a) h[a][0] = h[a][1] = __ldg(b1 + lane + 32 * a);
-#pragma unroll 4
-    for (int k = 0; k < IN; ++k) {
-        const float v0 = __ldg(x + (size_t)k * n + c0), v1 = has1 ? __ldg(x + (size_t)k * n + c0 + 1) : 0.0f;
-#pragma unroll
-        for (int a = 0; a < 2; ++a) {
-            const float w = __ldg(W1T + k * HIDDEN + lane + 32 * a);
-            h[a][0] = fmaf(w, v0, h[a][0]);
-            h[a][1] = fmaf(w, v1, h[a][1]);
-        }
-    }
-    float z[2][2];
-#pragma unroll
-    for (int a = 0; a < 2; ++a) {
-        h[a][0] = fmaxf(h[a][0], 0.0f);
-        h[a][1] = fmaxf(h[a][1], 0.0f);
-        z[a][0] = z[a][1] = __ldg(b2 + lane + 32 * a);
-    }
-#pragma unroll
-    for (int src = 0; src < 2; ++src)   // layer-1 units 32 src .. 32 src + 31
-#pragma unroll 8
-        for (int kk = 0; kk < 32; ++kk) {
-            const int k = 32 * src + kk;
-            const float hk0 = __shfl_sync(0xffffffffu, h[src][0], kk), hk1 = __shfl_sync(0xffffffffu, h[src][1], kk);
-#pragma unroll
-            for (int a = 0; a < 2; ++a) {
-                const float w = __ldg(W2T + k * HIDDEN + lane + 32 * a);
-                z[a][0] = fmaf(w, hk0, z[a][0]);
-                z[a][1] = fmaf(w, hk1, z[a][1]);
-            }
-        }
-    float p[OUT][2];
-#pragma unroll
-    for (int o = 0; o < OUT; ++o)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-            float t = __ldg(W3 + o * HIDDEN + lane) * fmaxf(z[0][c], 0.0f);
-            t = fmaf(__ldg(W3 + o * HIDDEN + lane + 32), fmaxf(z[1][c], 0.0f), t);
-#pragma unroll
-            for (int m = 16; m > 0; m >>= 1) t += __shfl_xor_sync(0xffffffffu, t, m);
-            p[o][c] = t;
-        }
-    if (lane == 0) {
-#pragma unroll
-        for (int o = 0; o < OUT; ++o) {
-            y[(size_t)o * n + c0] = p[o][0] + __ldg(b3 + o);
-            if (has1) y[(size_t)o * n + c0 + 1] = p[o][1] + __ldg(b3 + o);
-        }
-    }
+    exact_columns(x, raw, y, n, c0, c0 + 1, lane);
 }
 
 // One layer on the tensor cores: per k-step j, acc_lo (=|+=) lo' x hi + hi x lo', acc (=|+=) hi x hi,

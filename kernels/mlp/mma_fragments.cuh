@@ -34,13 +34,15 @@ static __device__ __forceinline__ void bias_fragments(float (&out)[M][4], const 
 }
 
 // The last layer's accumulators into y (outputs x n, column-major by output): lane (g, q) writes
-// outputs 2q, 2q + 1 of columns col0 + 16 m + g and + 8 that are inside n.
+// outputs 2q, 2q + 1 of columns col0 + 16 m + g and + 8 that are inside n, but for the m-tiles set
+// in ``skip`` (step 15: columns its FP32 path has written).
 template <int M>
 static __device__ __forceinline__ void store_output_fragments(float *__restrict__ y, const float (&out)[M][4], int col0,
-                                                              int g, int q, int n)
+                                                              int g, int q, int n, unsigned skip = 0)
 {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
+        if ((skip >> m) & 1u) continue;
         const int col = col0 + 16 * m + g;
         if (col < n) {
             y[(size_t)(2 * q) * n + col] = out[m][0];
