@@ -178,6 +178,13 @@ class Chapter(StepRecording):
             return self._not_recorded("Nsight Compute")
         return ncu.show_chapter(self, profile=profile)
 
+    def tried(self, run_ids: list[str]):
+        """The step's development candidates from promoted runs (``kernelbook.tried``): one row per
+        configuration of each run, never divided by a time of another run."""
+        from .tried import table
+
+        return table(self.study, self.slug, list(run_ids))
+
     def verdict_lines(self, metric: str | None = None) -> list[str]:
         from .report import step_verdict
 
