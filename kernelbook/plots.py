@@ -5,6 +5,7 @@ colour-vision deficiency, and figures are drawn at 2x resolution for sharp pages
 from __future__ import annotations
 
 import textwrap
+import warnings
 
 import matplotlib
 import matplotlib.axes
@@ -189,7 +190,41 @@ def narrow(fig, min_pt: float | None = None) -> None:
             ax._set_position(ax.get_subplotspec().get_position(fig))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # what cannot be tightened shows in the measured text size
-        fig.tight_layout(rect=(0, (key_in + foot_in) / total, 1, 1 - top_in / total))
+        fig._kernelbook_rect = (0, (key_in + foot_in) / total, 1, 1 - top_in / total)
+        fig.tight_layout(rect=fig._kernelbook_rect)
+
+
+def colliding_tick_labels(fig) -> list[str]:
+    """Tick labels of one axis drawn over each other (too many, too long for the panel's width)."""
+    renderer = fig.canvas.get_renderer()
+    bad = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        for name, labels in (("x", ax.get_xticklabels()), ("y", ax.get_yticklabels())):
+            # a label closer than a character's gap to the next reads as one word with it ("0001")
+            gap = 0.25 * fig.dpi * min((t.get_fontsize() for t in labels), default=8) / 72
+            # slanted labels' boxes overlap where their letters do not: only level or upright ones
+            boxes = [(t.get_text(), t.get_window_extent(renderer).padded(gap / 2)) for t in labels
+                     if t.get_visible() and t.get_text().strip() and t.get_rotation() % 90 == 0]
+            for (a, box_a), (b, box_b) in zip(boxes, boxes[1:]):
+                if box_a.width and box_b.width and box_a.overlaps(box_b):
+                    bad.append(f"the {name} tick labels {a!r} and {b!r} of panel {ax.get_title()!r} overlap")
+                    break
+    return bad
+
+
+def _untangle_ticks(fig) -> None:
+    """Turn x tick labels that run into each other upright (steps 00, 01, … under narrow bars)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        gap = 0.25 * fig.dpi * min((t.get_fontsize() for t in ax.get_xticklabels()), default=8) / 72
+        boxes = [t.get_window_extent(renderer).padded(gap / 2) for t in ax.get_xticklabels()
+                 if t.get_visible() and t.get_text()]
+        if any(a.overlaps(b) for a, b in zip(boxes, boxes[1:])):
+            for t in ax.get_xticklabels():
+                t.set_rotation(90)
 
 
 def figure_html(fig):
@@ -198,7 +233,7 @@ def figure_html(fig):
     metadata. The narrow variant must have text of at least MIN_TEXT_PX; the wide one is recorded."""
     import base64
 
-    faults = figure_faults(fig)
+    faults = figure_faults(fig) + colliding_tick_labels(fig)
     wide, wide_in = _png(fig)
     wide_px = smallest_text_px(fig, WIDE_PX, wide_in)
     narrow(fig)
@@ -213,6 +248,13 @@ def figure_html(fig):
         small_px = smallest_text_px(fig, NARROW_PX, small_in)
     if small_px < MIN_TEXT_PX - 0.05:
         faults.append(f"text of {small_px:.1f} px at 400 px (at least {MIN_TEXT_PX:g})")
+    if colliding_tick_labels(fig):  # upright, then laid out again
+        _untangle_ticks(fig)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fig.tight_layout(rect=getattr(fig, "_kernelbook_rect", (0, 0, 1, 1)))
+        small, small_in = _png(fig)
+    faults += [f"{found} at 400 px" for found in colliding_tick_labels(fig)]
 
     def uri(data: bytes) -> str:
         return "data:image/png;base64," + base64.b64encode(data).decode("ascii")

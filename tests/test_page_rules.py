@@ -152,3 +152,24 @@ def test_a_figure_is_published_and_an_image_from_elsewhere_is_not():
     assert html_problems('<img src="data:image/svg+xml;base64,PHN2Zz4=">')
     assert html_problems(f'<img src="{png}" onerror="alert(1)">')
     assert html_problems('<div media="print">x</div>')
+
+
+def test_tick_labels_run_together_are_found_and_turned_upright_in_the_narrow_variant():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kernelbook.plots import colliding_tick_labels, figure_html, footer
+
+    fig, ax = plt.subplots(figsize=(2.5, 2))
+    ax.bar([f"{i:02d}" for i in range(17)], range(1, 18))
+    footer(fig, "run x")
+    assert colliding_tick_labels(fig)  # seventeen labels in 2.5 inches: "000102…"
+    _, metadata = figure_html(fig)  # the narrow variant turns them upright: no collision left there
+    assert not [f for f in metadata["kernelbook_figure"]["faults"] if "at 400 px" in f]
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 2))
+    ax.bar(["00", "01", "02"], [1, 2, 3])
+    assert not colliding_tick_labels(fig)
+    plt.close(fig)
