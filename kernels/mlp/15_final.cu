@@ -15,8 +15,10 @@
 // keeps 11 bits while |v - hi| >= 2^-14, else it is subnormal with an absolute error below 2^-25;
 // so every value is represented to within max(2^-22 |v|, 2^-25), which is within 2^-19 of its
 // column's largest magnitude M when M >= 2^-6 (the bound step 17 works to). A column is inside
-// half's range, for one layer, when the largest |hi| of its split values is finite and either 0
-// or at least 2^-6. The kernel checks exactly that for x, ReLU(h1) and ReLU(h2): each lane keeps
+// half's range, for one layer, when the largest |hi| of its split values is finite and at least
+// 2^-6. (A largest |hi| of 0 cannot tell zeros from values below half's smallest subnormal, which
+// the split loses whole: such a column goes the FP32 path too; a share of all zeros is rare after
+// the ReLU and costs only time.) The kernel checks that for x, ReLU(h1) and ReLU(h2): each lane keeps
 // the largest |hi| of its share of each of its two columns (one HMNMX2 per split pair, the halves
 // already in registers), per layer; a lane's share judged alone only flags more columns, never
 // fewer. After the tile a warp ballot finds the lane groups with a column outside, and the warp
@@ -43,7 +45,7 @@
 #define S_F2 (S_K2 * S_NT * 32)
 #define S_F3 (S_K2 * 32)
 #define S_UINT4S (S_F1 + S_F2 + S_F3 + 136 / 4)
-#define S_SMALL 0.015625f   // 2^-6: a column's largest |hi| below this (and not 0) loses bits
+#define S_SMALL 0.015625f   // 2^-6: a column's largest |hi| below this loses bits
 
 // The hi parts of a split pair into the running largest |hi| of their column (one HMNMX2).
 static __device__ __forceinline__ void track_hi(unsigned hi, __half2 &mx)
@@ -52,11 +54,11 @@ static __device__ __forceinline__ void track_hi(unsigned hi, __half2 &mx)
 }
 
 // A lane's share of a column for one layer is outside half's range: an infinite hi (|v| >= 65520)
-// or a largest |hi| that is not 0 but below 2^-6.
+// or a largest |hi| below 2^-6 (0 included: zeros and values the split would lose look alike).
 static __device__ __forceinline__ bool outside_half(__half2 mx)
 {
     const float m = fmaxf(__low2float(mx), __high2float(mx));
-    return m > 65504.0f || (m > 0.0f && m < S_SMALL);
+    return !(m >= S_SMALL && m <= 65504.0f);
 }
 
 // After a layer's splits: flag this lane's columns whose share left half's range; start the next layer.
