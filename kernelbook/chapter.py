@@ -180,10 +180,10 @@ class Chapter(StepRecording):
 
     def tried(self, run_ids: list[str]):
         """The step's development candidates from promoted runs (``kernelbook.tried``): one row per
-        configuration of each run, never divided by a time of another run."""
+        configuration of each run, after the page's own run; never divided by a time of another run."""
         from .tried import table
 
-        return table(self.study, self.slug, list(run_ids))
+        return table(self.study, self.slug, list(run_ids), book_run=self.session.run.run_id if self.session else None)
 
     def verdict_lines(self, metric: str | None = None) -> list[str]:
         from .report import step_verdict

@@ -63,16 +63,18 @@ def _targets(study, step: str) -> list[dict]:
     return [t for t in study.targets() if step in t.get("steps", ())]
 
 
-def rows(study, step: str, run_ids: list[str], root=None) -> list[dict]:
-    """One dict per (run, configuration): the table's rows before formatting."""
+def rows(study, step: str, run_ids: list[str], root=None, book_run: str | None = None) -> list[dict]:
+    """One dict per (run, configuration): the table's rows before formatting; ``book_run``: a book
+    run of the step (the page's own), first, as one more row of its own."""
     root = root if root is not None else paths.results_dir()
     step_entry = study.steps.get(step)
     own_params = study.impl(step).params()
     part = study.part(step_entry.slug)
     out = []
-    for run_id in run_ids:
+    for run_id in ([book_run] if book_run else []) + list(run_ids):
         run = results.load_run(run_id, root)
-        spec = _spec(run)
+        own_run = run_id == book_run and not results.is_candidate(run)
+        spec = {"source": step_entry.source, "step": step_entry.slug} if own_run else _spec(run)
         if spec.get("step") != step_entry.slug:
             raise ResultsError(f"Run {run_id} tried a candidate for step {spec.get('step')}, not {step_entry.slug}.",
                                f"pass only runs of {step_entry.slug}'s candidates on its page.")
@@ -80,7 +82,8 @@ def rows(study, step: str, run_ids: list[str], root=None) -> list[dict]:
         own_file = spec["source"] == step_entry.source and not spec.get("defines") and not spec.get("params")
         fixed = ", ".join([f"-D {k}={v}" for k, v in (spec.get("defines") or {}).items()]
                           + [f"-P {k}={v}" for k, v in (spec.get("params") or {}).items()])
-        base = {"run": run_id, "device": device, "source": spec["source"], "fixed": fixed}
+        shown = f"kernels/{spec['source']} (the book's run)" if own_run else f"candidate/{spec['source']}"
+        base = {"run": run_id, "device": device, "source": shown, "fixed": fixed}
         names = run.part_names()
         if f"{part}-grid" in names:
             grid = run.read_part(f"{part}-grid")
@@ -109,7 +112,7 @@ def rows(study, step: str, run_ids: list[str], root=None) -> list[dict]:
     return out
 
 
-def table(study, step: str, run_ids: list[str], root=None):
+def table(study, step: str, run_ids: list[str], root=None, book_run: str | None = None):
     """The styled table: one row per configuration of each run (see the module's docstring)."""
     import pandas as pd
 
@@ -117,7 +120,7 @@ def table(study, step: str, run_ids: list[str], root=None):
 
     if not run_ids:
         raise ResultsError(f"No candidate run given for {step}.", "pass the promoted runs' ids: tried(['RUN_ID', ...]).")
-    found = rows(study, step, run_ids, root)
+    found = rows(study, step, run_ids, root, book_run)
     targets = _targets(study, step)
     shown = []
     for row in found:
@@ -128,7 +131,7 @@ def table(study, step: str, run_ids: list[str], root=None):
         if row["part"] == "sweep" and worst is None and correct:
             check += " (the sweep records the verdict, not the error)"
         line = {"Run (device)": f"{row['run']} ({row['device']})",
-                "Candidate": f"candidate/{row['source']}" + (f" {row['fixed']}" if row["fixed"] else ""),
+                "Candidate": row["source"] + (f" {row['fixed']}" if row["fixed"] else ""),
                 "Part: configuration": f"{row['part']}: {row['config']}" + (" (the step's own)" if row["is_step"] else ""),
                 "Check": check}
         same_step = [r for r in found if r["run"] == row["run"] and r["is_step"] and r["part"] == row["part"]]

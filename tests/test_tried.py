@@ -80,4 +80,7 @@ def test_a_book_run_or_a_run_of_another_step_is_refused_naming_the_fix(toy):
     # the page's call: the chapter it replays is the book's run; the table reads the candidate's
     page = run_chapter(STUDY, "rows", mode="replay")
     assert page.session.run.run_id == book_run
-    assert page.tried([run]).data.iloc[0]["Run (device)"].startswith(run)
+    shown = page.tried([run]).data
+    assert [r.split()[0] for r in shown["Run (device)"]] == [book_run, run]
+    assert shown.iloc[0]["Candidate"] == "kernels/toy/00_rows.cu (the book's run)"
+    assert shown.iloc[1]["Candidate"] == "candidate/toy/00_rows.cu" and "×" not in shown.iloc[1]["long"].split(", 3 ×")[1]
