@@ -80,3 +80,23 @@ def test_no_recorded_step_is_above_100_percent_of_its_floor(study, slug):
                                      f"{limit / r['value'] * 100:.1f} % of its floor {limit} ms")
         checked += 1
     assert checked, f"{slug}: no time recorded"
+
+
+def test_a_step_above_the_measured_tensor_roof_is_told_apart_from_one_above_the_datasheet(monkeypatch):
+    """The roofline's roofs are the measured ceilings; a tensor-core step above cuBLAS's measured
+    rate but under the datasheet's peak is said to have beaten one program's rate, not the device."""
+    import pandas as pd
+
+    from kernelbook.evidence import roofline
+
+    monkeypatch.setattr(roofline, "device_of", lambda ceilings: H100)
+    row = {"layer": "B1", "batch": 1, "flops": 1.0, "op_time_ms": 1.0, "intensity": 500.0, "bytes": 1.0,
+           "bytes_source": "dram (ncu)", "provenance": "", "replayed": True, "run_id": "r"}
+    frame = pd.DataFrame([{**row, "number": "11", "step": "hopper-tf32", "gflops": 400_000.0},
+                          {**row, "number": "12", "step": "other-tf32", "gflops": 600_000.0}])
+    measured = {"copy_gbs": 3000.0, "tf32_tensor_gflops": 380_000.0, "fp16_tensor_gflops": 770_000.0,
+                "fp32_gflops": 60_000.0}
+    notes = roofline.above_roofs(frame, measured, {"hopper-tf32": "tf32", "other-tf32": "tf32"})
+    assert len(notes) == 2
+    assert "a rate a kernel can beat" in notes[0] and "494,500" in notes[0]
+    assert "a rate a kernel can beat" not in notes[1]   # above the datasheet too: the FLOP count's note

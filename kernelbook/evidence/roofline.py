@@ -6,8 +6,10 @@ ones Nsight Compute counted (``dram_bytes`` of the step's ``-ncu`` part) when th
 otherwise the fewest bytes the layer must move (input, weights and output once), which is an
 upper bound on the intensity: such points are drawn hollow and the legend says so.
 
-The roofs are the ceilings measured on the device (``evidence.ceilings``), never
-datasheet numbers: copy bandwidth as the slope, FP32 FMA rate and the tensor rates as roofs.
+The roofs are the ceilings measured on the device (``evidence.ceilings``): copy bandwidth as the
+slope, FP32 FMA rate and the tensor rates as roofs. A measured roof is one program's rate; the
+floors (``evidence.floor``) stand on the datasheet's peaks where those are higher, and a point
+above a measured roof but under the peak is noted as such.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import pandas as pd
 from ..plots import PALETTE  # (importing plots also sets PNG figures without inline sizes)
 from ..report import ANY_SIZE
 from .ceilings import Ceilings, ceilings_for
-from .floor import UNITS
+from .datasheet import limits
+from .floor import UNITS, device_of
 from .ncu import load_ncu
 from .tools import NOT_RECORDED
 from .vendor import vendor as vendor_recording
@@ -115,11 +118,13 @@ def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> lis
     ``maths`` maps a step, or (step, case), to the arithmetic it runs on (``StepImpl.math_for``). Above the flat roof of
     its unit: an FP32 step does fewer multiplications than the FLOP count its rate is computed from
     (Winograd); a tensor-core step above the FP32 roof is where it should be and gets no note.
-    Above the sloped roof: its DRAM traffic ran faster than the measured copy bandwidth, a
-    ``cudaMemcpy`` rate and not the DRAM's peak. A library row (no ``maths``) is judged against the
+    A tensor-core step above its measured roof but under the datasheet's peak beat cuBLAS's rate,
+    which is no limit (the floor stands on the peak). Above the sloped roof: its DRAM traffic ran
+    faster than the measured copy bandwidth, a ``cudaMemcpy`` rate and not the DRAM's peak. A library row (no ``maths``) is judged against the
     highest roof only.
     """
     values = ceilings.values if isinstance(ceilings, Ceilings) else dict(ceilings or {})
+    sheet_limits = limits(values, device_of(ceilings))   # the datasheet's peaks, where the book holds them
     maths = maths or {}
     names = {m: n for m, n, _ in ROOFS}
     bandwidth = values.get("copy_gbs")
@@ -139,7 +144,13 @@ def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> lis
                              "it does fewer operations than the direct FLOP count its rate is computed from.")
             continue
         peak = values.get(metric)
-        if peak and y > peak:
+        limit = sheet_limits.get(metric)
+        if peak and y > peak and unit not in ("fp32", "fp16x2") and limit and y <= limit:
+            notes.append(f"{who} sits above the measured {names[metric]} roof ({y:,.0f} against {peak:,.0f} GFLOP/s): "
+                         "that roof is what one program (cuBLAS on a large square matrix product) reached, a rate a "
+                         f"kernel can beat; the datasheet's peak, {limit:,.0f} GFLOP/s, is the limit, and its floor "
+                         "stands on it.")
+        elif peak and y > peak:
             why = ("it does fewer multiplications than the direct convolution's FLOP count, from which every "
                    "point's rate is computed (a Winograd transform trades multiplications for additions), so "
                    "its rate is an effective one, not arithmetic faster than the device's"
