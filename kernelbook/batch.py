@@ -27,7 +27,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from . import paths, results
+from . import executed, paths, results
+from .batch_report import BatchReport, NotebookResult, source_digest
 from .errors import KernelbookError
 from .toc import BatchError, book_notebooks, notebook_name, select  # noqa: F401  (re-exported)
 
@@ -102,10 +103,6 @@ def _check_parameters(name: str, source: Path, ipynb: Path, nb, parameters: dict
             f"its parameters are: {valid}.",
             "pass only those names with -p, or narrow the batch with --only to notebooks that define them.",
         )
-
-
-# The report (what batch.json holds) lives in batch_report, below the engines that fill it.
-from .batch_report import BatchReport, NotebookResult, relative_path as _relative, source_digest  # noqa: E402
 
 
 
@@ -216,19 +213,19 @@ def run_batch(
             raise BatchError(f"--workers {workers} would time {workers} notebooks on one GPU at once, and each "
                              "would disturb the others' timings.",
                              "measure with --gpus N (one worker per GPU), or replay with --mode replay --workers N.")
-    _check_writable(out_dir)
+    executed.check_writable(out_dir)
 
     with tempfile.TemporaryDirectory(prefix="kernelbook-batch-") as tmp:
         injected_for_inputs = {**parameters, "mode": mode, "run_id": run_id if given_run_id else None}
         replaying = not measuring and not scheduler  # a cluster's workers may measure: decided below
-        shared = shared_inputs(mode, kernel_name) if replaying else None
+        shared = executed.shared_inputs(mode, kernel_name) if replaying else None
         entries = []
         for source in notebooks:
             name = notebook_name(source, book_root)
-            entry = NotebookResult(name=name, path=_relative(source), output=_relative(out_dir / f"{name}.ipynb"),
-                                   source_sha256=source_digest(source))
+            entry = NotebookResult(name=name, path=paths.relative(source),
+                                   output=paths.relative(out_dir / f"{name}.ipynb"), source_sha256=source_digest(source))
             if shared is not None:
-                entry.inputs_sha256 = inputs_digest(shared, entry, source, book_root, injected_for_inputs)
+                entry.inputs_sha256 = executed.inputs_digest(shared, entry, source, book_root, injected_for_inputs)
             entries.append(entry)
         prepared: list = [None] * len(notebooks)
 
@@ -238,7 +235,7 @@ def run_batch(
                 return {}
             by_name = {entry.name: entry for entry in earlier}
             return {index: by_name[entry.name] for index, entry in enumerate(entries)
-                    if unchanged(by_name.get(entry.name), entry, out_dir / f"{entry.name}.ipynb")}
+                    if executed.unchanged(by_name.get(entry.name), entry, out_dir / f"{entry.name}.ipynb")}
 
         def prepare(indices) -> None:
             """Convert and check the notebooks to execute (a kept one ran with these very parameters)."""
@@ -255,17 +252,17 @@ def run_batch(
 
         # Convert and check every notebook to execute first: a typo in -p should cost seconds, not
         # a half-measured batch.
-        before_lock = _earlier(out_dir)
+        before_lock = executed.earlier(out_dir)
         foreseen = keeps(before_lock)
         prepare(i for i in range(len(notebooks)) if i not in foreseen)
         if not measuring and not scheduler:
             _refuse_empty_store(notebooks)
 
         out_dir.mkdir(parents=True, exist_ok=True)
-        lock = _batch_lock(out_dir).__enter__()
+        lock = executed.batch_lock(out_dir).__enter__()
         engine = None
         try:
-            earlier = _earlier(out_dir)  # read again under the lock: no batch finishes in between
+            earlier = executed.earlier(out_dir)  # read again under the lock: no batch finishes in between
             kept = foreseen if earlier == before_lock else keeps(earlier)
             prepare(i for i in range(len(notebooks)) if i not in kept)  # one another batch changed meanwhile
             for index in kept:
@@ -290,7 +287,7 @@ def run_batch(
                 devices.refuse_other_model(run_id, batch_gpus)
             report = BatchReport(
                 run_id=run_id if measuring or given_run_id else None, mode=mode, parameters=parameters,
-                out_dir=_relative(out_dir), started_utc=results.utc_now(), notebooks=entries,
+                out_dir=paths.relative(out_dir), started_utc=results.utc_now(), notebooks=entries,
                 engine=engine.name, workers=len(engine.workers), gpus=batch_gpus, measuring=measuring,
             )
             # Notebooks that will replay write nothing, so a generated run id is not passed to them:
@@ -331,194 +328,3 @@ def _refuse_empty_store(notebooks: list[Path]) -> None:
             results.require_runs()
         except KernelbookError as exc:
             raise BatchError(f"This batch replays (no GPU measures): {exc.message}", exc.fix) from None
-
-
-# ----------------------------------------------------------------------------- unchanged notebooks
-
-#: The package's code: a notebook executed by other code is executed again.
-CODE_DIR = paths.REPO_ROOT / "kernelbook"
-#: Modules that run only when the book is built, never in a notebook (the build has a digest of its own).
-BUILD_ONLY = ("build.py", "publish.py")
-#: Folders of ``data/`` that no page reads as an input: derived arrays (rebuilt from the data),
-#: development runs.
-_NOT_INPUTS = ("cache", "dev")
-
-
-def _tree_digest(digest, root: Path, label: str, pattern: str = "**/*", skip: tuple = ()) -> None:
-    """Feed every file under ``root`` (its path below ``root`` and its bytes) into ``digest``."""
-    import hashlib
-
-    if not root.is_dir():
-        digest.update(f"{label}: none\n".encode())
-        return
-    for path in sorted(root.glob(pattern)):
-        rel = path.relative_to(root)
-        if not path.is_file() or rel.parts[0] in skip or any(part.startswith(".") for part in rel.parts) \
-                or "__pycache__" in rel.parts:
-            continue
-        digest.update(f"{label}/{rel.as_posix()} {hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
-
-
-def shared_inputs(mode: str, kernel_name: str) -> dict:
-    """What every notebook of a replaying batch is executed from besides its own source: the
-    package's code, the data (the recorded runs it replays included), the environment variables
-    the notebooks read, and each study's kernel sources (by folder)."""
-    import hashlib
-
-    common = hashlib.sha256(f"mode={mode} kernel={kernel_name}\n".encode())
-    _tree_digest(common, CODE_DIR, "kernelbook", "**/*.py", skip=BUILD_ONLY)
-    data = paths.data_dir()
-    _tree_digest(common, data, "data", skip=_NOT_INPUTS + ("results",))
-    _tree_digest(common, paths.results_dir(), "results")
-    for name in sorted(os.environ):
-        if name.startswith("KERNELBOOK_") and name != "KERNELBOOK_PARAMS":  # the parameters count on their own
-            common.update(f"env {name}={os.environ[name]}\n".encode())
-    kernels = {}
-    every = hashlib.sha256()
-    root = paths.kernels_dir()
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-        one = hashlib.sha256()
-        _tree_digest(one, folder, folder.name)
-        kernels[folder.name] = one.hexdigest()
-        every.update(f"{folder.name} {kernels[folder.name]}\n".encode())
-    return {"common": common.hexdigest(), "kernels": kernels, "all_kernels": every.hexdigest()}
-
-
-def inputs_digest(shared: dict, entry: NotebookResult, source: Path, book_root: Path, injected: dict) -> str:
-    """The digest of everything ``entry``'s notebook is executed from: ``shared_inputs``, its own
-    source, its study's kernel sources (every study's, for a page outside the studies' folders),
-    and the parameters it is given."""
-    import hashlib
-
-    folder = entry.name.partition("/")[0] if "/" in entry.name else None
-    kernels = shared["kernels"].get(folder) if folder else None
-    text = json.dumps({"common": shared["common"], "name": entry.name, "source": entry.source_sha256,
-                       "kernels": kernels or shared["all_kernels"], "parameters": injected},
-                      sort_keys=True, default=repr)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def unchanged(before: NotebookResult | None, entry: NotebookResult, output: Path) -> bool:
-    """Whether the notebook's last execution can stand: it ended ok from the same inputs, its
-    executed file is the one that batch wrote, and the kernel sources it shows are unchanged."""
-    if before is None or before.status != "ok" or not before.inputs_sha256 or not before.notebook_sha256:
-        return False
-    if before.inputs_sha256 != entry.inputs_sha256 or not output.is_file():
-        return False
-    raw = output.read_bytes()
-    import hashlib
-
-    if hashlib.sha256(raw).hexdigest() != before.notebook_sha256:
-        return False
-    from types import SimpleNamespace
-
-    from .build import stale_sources
-
-    try:
-        cells = json.loads(raw).get("cells") or []
-    except (ValueError, AttributeError):
-        return False
-    return not stale_sources(SimpleNamespace(cells=cells), paths.REPO_ROOT)
-
-
-LOCK_NAME = ".batch.lock"
-
-
-def _check_writable(out_dir: Path) -> None:
-    """Refuse an output folder that cannot be created or written, without creating anything."""
-    existing = Path(out_dir).resolve()
-    while not existing.exists():
-        existing = existing.parent
-    problem = None
-    if not existing.is_dir():
-        problem = f"{existing} is a file, not a folder"
-    elif not os.access(existing, os.W_OK | os.X_OK):
-        problem = f"{existing} is not writable"
-    if problem:
-        raise BatchError(f"The output folder {out_dir} cannot be written ({problem}).",
-                         "pass --out with a folder you can write to, or fix its permissions.")
-
-
-def _earlier(out_dir: Path) -> list[NotebookResult]:
-    """The notebooks recorded by earlier batches into the same folder (kept in batch.json)."""
-    try:
-        data = json.loads((out_dir / "batch.json").read_text(encoding="utf-8"))
-        known = {f.name for f in NotebookResult.__dataclass_fields__.values()}
-        return [NotebookResult(**{k: v for k, v in nb.items() if k in known}) for nb in data.get("notebooks", [])]
-    except (OSError, ValueError, TypeError, AttributeError):
-        return []
-
-
-class _batch_lock:
-    """One batch at a time per output folder: an advisory ``flock`` on ``<out>/.batch.lock``.
-
-    The operating system releases the lock when its process ends, however it ends, so a killed
-    batch never leaves a stale lock; the file only says who holds it and since when. A second
-    batch (or a build, ``held_by``) is refused with that.
-    """
-
-    def __init__(self, out_dir: Path):
-        self.path = Path(out_dir) / LOCK_NAME
-        self.handle = None
-
-    def __enter__(self):
-        import fcntl
-
-        handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until __exit__
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            held = _lock_info(handle.read())
-            handle.close()
-            raise BatchError(
-                f"Another batch (process {held.get('pid', '?')}) is running since {held.get('since', '?')} and writes "
-                f"to {self.path.parent}.",
-                "wait for it to finish, or use --out DIR to execute into another folder.") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "since": results.utc_now()}))
-        handle.flush()
-        self.handle = handle
-        return self
-
-    def __exit__(self, *exc):
-        if self.handle is not None:
-            self.handle.close()  # releases the lock; the file stays, harmless
-            self.handle = None
-        return False
-
-
-def _lock_info(text: str) -> dict:
-    try:
-        info = json.loads(text or "{}")
-    except ValueError:
-        return {}
-    return info if isinstance(info, dict) else {}
-
-
-def held_by(out_dir: Path) -> dict | None:
-    """Who holds the batch lock of ``out_dir`` ({"pid", "since"}), or None when no batch runs."""
-    import fcntl
-
-    path = Path(out_dir) / LOCK_NAME
-    if not path.is_file():
-        return None
-    with open(path, "a+", encoding="utf-8") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            return _lock_info(handle.read()) or {"pid": "?", "since": "?"}
-        return None
-
-
-def read_report(out_dir: Path | None = None) -> dict:
-    """The ``batch.json`` of a previous batch (what the build and the device import look at)."""
-    path = (Path(out_dir) if out_dir else paths.build_dir() / "executed") / "batch.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BatchError(f"No batch report at {path}.", "run `kernelbook run` first.") from None
-    except json.JSONDecodeError as exc:
-        raise BatchError(f"{path} is not valid JSON ({exc}).", "run `kernelbook run` again.") from exc

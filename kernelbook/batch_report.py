@@ -29,7 +29,7 @@ class NotebookResult:
     gpu: str | None = None  # the UUID of the GPU that measured it (None: replayed)
     attempts: list = field(default_factory=list)  # every try: {worker, gpu, status, error, seconds}
     notebook_sha256: str | None = None  # of the executed file the batch wrote: the strict build checks it
-    inputs_sha256: str | None = None  # of everything it was executed from (``kernelbook.batch.inputs_digest``)
+    inputs_sha256: str | None = None  # of everything it was executed from (``kernelbook.executed.inputs_digest``)
     kept: bool = False  # not executed by this batch: its inputs were unchanged since it last ran
 
 
@@ -109,14 +109,6 @@ def short_error(exc: BaseException, limit: int = 300) -> str:
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
-def relative_path(path: Path) -> str:
-    """A path relative to the repository when it lies inside it (batch.json stays portable)."""
-    try:
-        return Path(path).resolve().relative_to(paths.REPO_ROOT).as_posix()
-    except ValueError:
-        return str(path)
-
-
 def source_digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -134,7 +126,7 @@ def record_source(nb, source: Path) -> None:
     ``parameters`` cell (a line per injected name replaced, new names appended) and the injected
     cell is hidden.
     """
-    nb.metadata.setdefault("papermill", {})["input_path"] = relative_path(source)
+    nb.metadata.setdefault("papermill", {})["input_path"] = paths.relative(source)
     injected = next((c for c in nb.cells if "injected-parameters" in (c.get("metadata", {}).get("tags") or [])), None)
     original = next((c for c in nb.cells if "parameters" in (c.get("metadata", {}).get("tags") or [])), None)
     if injected is not None and original is not None:

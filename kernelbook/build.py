@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import paths
-from .batch import LOCK_NAME, book_notebooks, notebook_name
+from .batch_report import source_digest
 from .errors import KernelbookError
+from .executed import CODE_DIR, LOCK_NAME, held_by, stale_sources, tree_digest
+from .toc import book_notebooks, notebook_name
 
 #: Folders next to ``book/`` that are copied into the stage too, so that a page's
 #: ``{literalinclude} ../../kernels/...`` resolves in the stage as it does in the repository.
@@ -65,32 +67,8 @@ def _failed_in_batch(nb) -> bool:
     return bool(nb.metadata.get("papermill", {}).get("exception"))
 
 
-def stale_sources(nb, root: Path) -> list[str]:
-    """The kernel sources an executed notebook shows (``report.show_source`` puts each one's path
-    and sha256 in its output's metadata) that have changed, or gone, since it was executed."""
-    from .batch_report import source_digest
-    from .report import SOURCE_METADATA
-
-    stale = []
-    for cell in nb.cells:
-        for output in cell.get("outputs", []):
-            for meta in (output.get("metadata") or {}).values():
-                shown = meta.get(SOURCE_METADATA) if isinstance(meta, dict) else None
-                if not isinstance(shown, dict) or not isinstance(shown.get("path"), str):
-                    continue
-                headers = shown.get("headers")
-                for shown_path, digest in [(shown["path"], shown.get("sha256")),
-                                           *(headers.items() if isinstance(headers, dict) else ())]:
-                    path = root / str(shown_path)
-                    if (source_digest(path) if path.is_file() else None) != digest:
-                        stale.append(str(shown_path))
-    return sorted(set(stale))
-
-
 def _batch_problems(executed_dir: Path, names: list[str], sources: dict[str, Path]) -> tuple[list[str], list[str]]:
     """(notebooks the batch record says are not ok, notebooks whose source changed since they ran)."""
-    from .batch import source_digest
-
     record = executed_dir / "batch.json"
     try:
         data = json.loads(record.read_text(encoding="utf-8"))
@@ -144,8 +122,6 @@ def stage_book(
             f"The book folder {book_root} is not inside {root}, the folder of {toc.name}.",
             "keep book/ next to _toc.yml.",
         ) from None
-
-    from .batch import held_by
 
     running = held_by(executed_dir)
     if running:
@@ -289,8 +265,6 @@ def _build(executed_dir, path_output, strict, toc, config, book_root, stage_dir,
     build_root.mkdir(parents=True, exist_ok=True)  # first, so an unwritable --out fails before any work
     _recover(build_root)
     html = build_root / "html"
-    from .batch import held_by
-
     digest = None if held_by(executed_dir) else inputs_digest(executed_dir, toc, config, book_root, strict)
     if digest is not None and (html / "index.html").is_file() and _last_built(build_root) == digest:
         log(f"the book is unchanged since its last build (its executed notebooks, sources and settings): "
@@ -332,8 +306,6 @@ def inputs_digest(executed_dir: Path, toc: Path, config: Path, book_root: Path, 
     import hashlib
     from importlib.metadata import PackageNotFoundError, version
 
-    from .batch import CODE_DIR, _tree_digest
-
     if not executed_dir.is_dir():
         return None
     root = toc.parent.resolve()
@@ -347,7 +319,7 @@ def inputs_digest(executed_dir: Path, toc: Path, config: Path, book_root: Path, 
         digest.update(f"{label} {hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None}\n".encode())
     # The executed notebooks, and of their batch record what the build checks (a batch that kept
     # every notebook rewrites its times and nothing else).
-    _tree_digest(digest, executed_dir, "executed", skip=(LOCK_NAME, "batch.json"))
+    tree_digest(digest, executed_dir, "executed", skip=(LOCK_NAME, "batch.json"))
     try:
         record = json.loads((executed_dir / "batch.json").read_text(encoding="utf-8")).get("notebooks") or []
         checked = sorted((str(nb.get("name")), nb.get("status"), nb.get("error"), nb.get("source_sha256"),
@@ -355,10 +327,10 @@ def inputs_digest(executed_dir: Path, toc: Path, config: Path, book_root: Path, 
     except (OSError, ValueError, AttributeError):
         checked = None
     digest.update(f"batch {json.dumps(checked)}\n".encode())
-    _tree_digest(digest, book_root, "book", skip=(".ipynb_checkpoints",))
+    tree_digest(digest, book_root, "book", skip=(".ipynb_checkpoints",))
     for sibling in STAGED_SIBLINGS:
-        _tree_digest(digest, root / sibling, sibling)
-    _tree_digest(digest, CODE_DIR, "kernelbook", "**/*.py")
+        tree_digest(digest, root / sibling, sibling)
+    tree_digest(digest, CODE_DIR, "kernelbook", "**/*.py")
     return digest.hexdigest()
 
 

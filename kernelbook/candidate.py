@@ -1,17 +1,29 @@
 """A development candidate standing in for a step: the step's implementation with another source
-file and compile-time parameters (``kernelbook try``, see ``kernelbook.develop``).
+file and compile-time parameters (``kernelbook try``, see ``kernelbook.develop``), and where its
+run keeps the files it compiled (``FILES_DIR``, each with its sha256).
 
 Here, below the loop, so that the profilers' separate process (``evidence.target --source``)
-builds the same stand-in as the process that checked and timed it.
+builds the same stand-in as the process that checked and timed it, and so that a chapter that
+shows a candidate's source and ``kernelbook promote`` find its files where ``kernelbook try`` put them.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 from contextlib import contextmanager
+from pathlib import Path
 
 from .errors import ParameterError
 from .kernels import NAME_RE, define_options
+
+#: Where a candidate's files are copied inside its run folder.
+FILES_DIR = "candidate"
+
+
+def sha256(path: Path) -> str:
+    """The sha256 of a file's bytes: what a candidate's run records of each file it compiles."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def candidate_impl(study, step: str, source: str, defines: dict | None = None):

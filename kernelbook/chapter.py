@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 
+from .candidate import FILES_DIR
 from .errors import MissingValue
 
 from . import limits
@@ -53,8 +54,6 @@ class Chapter(StepRecording):
 
         candidate = self.session.run.manifest.get("candidate") if self.session else None
         if isinstance(candidate, dict) and candidate.get("source"):
-            from .develop import FILES_DIR
-
             return show_source(candidate["source"], start, folder=self.session.run.root / FILES_DIR)
         return show_source(self.step.source, start)
 

@@ -34,7 +34,6 @@ only when asked for by its id (``replay_run=``), so promoting never changes what
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import secrets
@@ -46,12 +45,10 @@ from typing import Callable
 
 from . import paths, results
 from .errors import ParameterError, ResultsError, StepError
-from .candidate import candidate_impl, candidate_study, standing_in  # noqa: F401  (re-exported)
+from .candidate import FILES_DIR, candidate_impl, candidate_study, sha256, standing_in  # noqa: F401  (re-exported)
 from .kernels import NAME_RE, define_options
 from .promote import promote  # noqa: F401  (re-exported: ``kernelbook promote``)
 
-#: Where a candidate's files are copied inside its run folder.
-FILES_DIR = "candidate"
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 _ATTRIBUTE = re.compile(r"__(?:launch_bounds|cluster_dims)__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")
 _KERNEL = re.compile(r"__global__\s+void\s+([A-Za-z_]\w*)\s*\(")
@@ -184,10 +181,6 @@ def choose_step(study, relpath: str, step: str | None = None) -> str:
                         f"pass --step SLUG, the step it stands in for: one of {', '.join(study.steps.slugs())}.")
     raise StepError(f"{what}: the kernels of {len(matching)} steps ({', '.join(matching)}).",
                     f"pass --step SLUG, the step it stands in for: one of {', '.join(matching)}.")
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def refuse_own_defines(study, impl, params: dict, names, sweep: dict | None = None) -> None:
@@ -323,7 +316,7 @@ def try_candidate(study, source, *, step: str | None = None, defines: dict | Non
             tried.lines.append(line)
             log(line)
 
-        say(f"try {study.name} {slug}: {candidate.label} -> run {run.run_id} in {_shown(root)}")
+        say(f"try {study.name} {slug}: {candidate.label} -> run {run.run_id} in {paths.relative(root)}")
         try:
             _measure(view, slug, tried, say, params, sweep, chosen, repeats, warmup, check_shapes, seed, profile,
                      timer)
@@ -331,7 +324,7 @@ def try_candidate(study, source, *, step: str | None = None, defines: dict | Non
             _stamp(run, candidate)
             _copy_files(run, candidate)
     book = results.run_with(study.part(slug))   # (the book's store again: the newest book run of the step)
-    say(f"recorded run {run.run_id} ({_shown(run.root)}); compare it with the book's newest run of {slug}: "
+    say(f"recorded run {run.run_id} ({paths.relative(run.root)}); compare it with the book's newest run of {slug}: "
         f"kernelbook compare {book.run_id if book else 'BOOK_RUN'} {run.run_id} --study {study.name}")
     return tried
 
@@ -461,13 +454,6 @@ def _evidence(say, what: str, make):
     for line in lines:
         say(f"{what}: {line}")
     return found
-
-
-def _shown(path: Path) -> str:
-    try:
-        return Path(path).relative_to(paths.REPO_ROOT).as_posix()
-    except ValueError:
-        return str(path)
 
 
 def _ms(value) -> str:

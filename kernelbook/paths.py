@@ -6,6 +6,15 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def relative(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (what a message or a record
+    shows, portable from machine to machine), else whole."""
+    try:
+        return Path(path).resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def _env_path(name: str, default: Path) -> Path:
     value = os.environ.get(name)
     return Path(value).resolve() if value else default

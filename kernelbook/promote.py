@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import paths, results
+from .candidate import FILES_DIR, sha256
 from .errors import ResultsError
 
 
@@ -17,8 +18,6 @@ def promote(run_id: str, log: Callable[[str], None] = print) -> results.Run:
     """Copy a development run into the book's store, whole or not at all, after validating it:
     its manifest names the candidate, every part reads back valid, and the copied files are the
     ones whose sha256 it recorded. The development copy stays."""
-    from .develop import FILES_DIR, _shown, sha256
-
     results.validate_run_id(run_id)
     dev_root, book_root = paths.dev_results_dir(), paths.results_dir()
     if (book_root / run_id).exists():
@@ -61,7 +60,7 @@ def promote(run_id: str, log: Callable[[str], None] = print) -> results.Run:
     promoted = results.load_run(run_id, book_root)
     for name in promoted.part_names():
         promoted.read_part(name)
-    log(f"promoted run {run_id} into {_shown(book_root / run_id)} ({len(names)} parts, candidate "
+    log(f"promoted run {run_id} into {paths.relative(book_root / run_id)} ({len(names)} parts, candidate "
         f"{spec.get('label')} for step {spec.get('step')}); a chapter cites it with replay_run={run_id!r}")
     return promoted
 

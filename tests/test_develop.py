@@ -515,7 +515,7 @@ def test_promote_copies_a_validated_run_that_never_becomes_the_steps_newest_reco
 
 
 def test_a_page_replaying_a_promoted_candidate_shows_the_file_it_ran_kept_in_its_run(toy):
-    from kernelbook import build
+    from kernelbook import executed
     from kernelbook.chapter import run_chapter
 
     folder, _, book = toy
@@ -535,7 +535,7 @@ def test_a_page_replaying_a_promoted_candidate_shows_the_file_it_ran_kept_in_its
     assert (paths.REPO_ROOT / meta["path"]) == kept / "rows_cheap.cu"
     assert develop.sha256(kept / "rows_cheap.cu") == meta["sha256"]
     nb = {"cells": [{"outputs": [{"metadata": {"text/markdown": shown._metadata()}}]}]}
-    assert build.stale_sources(type("NB", (), nb)(), paths.REPO_ROOT) == []
+    assert executed.stale_sources(type("NB", (), nb)(), paths.REPO_ROOT) == []
     # the step's own page still shows the step's own file
     own = run_chapter(STUDY, "rows", mode="replay", replay_run=book_run).source()
     assert repr(own) == "kernels/toy/00_rows.cu" and "double_rows" in own.text

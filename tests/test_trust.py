@@ -15,7 +15,8 @@ import warnings
 import pytest
 
 from kernelbook import cli, gpu, limits, paths, results
-from kernelbook.batch import LOCK_NAME, BatchError, run_batch
+from kernelbook.batch import BatchError, run_batch
+from kernelbook.executed import LOCK_NAME
 from kernelbook.chapter import run_chapter
 from kernelbook.errors import GPUUnavailable, LaunchLimitError, ParameterError, ResultsError
 from kernelbook.lenet import STUDY, get_step, layer_shape
@@ -142,7 +143,7 @@ def test_leftovers_of_killed_writes_are_ignored_and_files_are_world_readable(res
 def test_a_second_batch_is_refused_while_one_runs_and_a_dead_one_leaves_no_lock(tmp_path, no_gpu):
     from tinybook import make_book
 
-    from kernelbook.batch import _batch_lock, held_by
+    from kernelbook.executed import batch_lock, held_by
     from kernelbook.build import BuildError, stage_book
 
     book = make_book(tmp_path / "tiny", with_bad=False)
@@ -150,7 +151,7 @@ def test_a_second_batch_is_refused_while_one_runs_and_a_dead_one_leaves_no_lock(
     out.mkdir()
     batch = dict(toc=book / "_toc.yml", book_root=book / "book", out_dir=out, mode="replay", progress_bar=False,
                  log=lambda line: None)
-    with _batch_lock(out):  # as if a batch were running in another process
+    with batch_lock(out):  # as if a batch were running in another process
         assert held_by(out)["pid"] == os.getpid()
         with pytest.raises(BatchError) as info:
             run_batch(**batch)
@@ -160,7 +161,7 @@ def test_a_second_batch_is_refused_while_one_runs_and_a_dead_one_leaves_no_lock(
                        book_root=book / "book")
     # A batch process killed while holding the lock leaves the file but no lock.
     killed = subprocess.run([sys.executable, "-c", f"import os, sys; sys.path.insert(0, {str(paths.REPO_ROOT)!r}); "
-                             f"from kernelbook.batch import _batch_lock; _batch_lock({str(out)!r}).__enter__(); "
+                             f"from kernelbook.executed import batch_lock; batch_lock({str(out)!r}).__enter__(); "
                              "os.kill(os.getpid(), 9)"], capture_output=True)
     assert killed.returncode != 0 and (out / LOCK_NAME).exists() and held_by(out) is None
     report = run_batch(**batch)

@@ -109,7 +109,7 @@ def write_executed(path: Path, text: str, *, crashed: bool = False, status: str 
     if record:
         import json
 
-        from kernelbook.batch import source_digest
+        from kernelbook.batch_report import source_digest
 
         root = path.parent.parent
         batch = root / "batch.json"
@@ -129,7 +129,7 @@ def record_digest(path: Path) -> None:
     writes an executed notebook (for tests that fabricate a notebook's outputs afterwards)."""
     import json
 
-    from kernelbook.batch import source_digest
+    from kernelbook.batch_report import source_digest
 
     batch = path.parent.parent / "batch.json"
     data = json.loads(batch.read_text())
