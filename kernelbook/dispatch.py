@@ -167,7 +167,7 @@ def _write_result(result: dict, entry: NotebookResult, prepared: tuple, report: 
     makes the notebook fail)."""
     import nbformat
 
-    from . import cluster
+    from .notebook_task import notes_entries
 
     source, _, output = prepared
     if result.get("notebook"):
@@ -179,7 +179,7 @@ def _write_result(result: dict, entry: NotebookResult, prepared: tuple, report: 
         text = nbformat.writes(nb)
         write_text_atomic(Path(output), text)  # the earlier file stays until this one is whole
         entry.notebook_sha256 = text_digest(text)
-    entry.shown_instead = cluster.notes_entries(result.get("notes") or [])
+    entry.shown_instead = notes_entries(result.get("notes") or [])
     try:
         for staged in result.get("staged") or []:
             write_staged(staged, result.get("gpu"), report)
