@@ -21,7 +21,6 @@ of the results store and of ``out_dir``, wherever the notebooks ran.
 from __future__ import annotations
 
 import ast
-import json
 import os
 import tempfile
 from pathlib import Path

@@ -1,6 +1,7 @@
 """A development candidate standing in for a step: the step's implementation with another source
-file and compile-time parameters (``kernelbook try``, see ``kernelbook.develop``), and where its
-run keeps the files it compiled (``FILES_DIR``, each with its sha256).
+file and compile-time parameters (``kernelbook try``, see ``kernelbook.develop``): which file it
+is, which step it stands in for, and where its run keeps the files it compiled (``FILES_DIR``,
+each with its sha256).
 
 Here, below the loop, so that the profilers' separate process (``evidence.target --source``)
 builds the same stand-in as the process that checked and timed it, and so that a chapter that
@@ -11,14 +12,20 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import ParameterError
+from . import paths
+from .errors import ParameterError, StepError
 from .kernels import NAME_RE, define_options
 
 #: Where a candidate's files are copied inside its run folder.
 FILES_DIR = "candidate"
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+_ATTRIBUTE = re.compile(r"__(?:launch_bounds|cluster_dims)__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")
+_KERNEL = re.compile(r"__global__\s+void\s+([A-Za-z_]\w*)\s*\(")
+_STEP_FILE = re.compile(r"^\d{2}_")
 
 
 def sha256(path: Path) -> str:
@@ -94,3 +101,78 @@ def standing_in(study, impl):
         yield
     finally:
         impls[impl.slug] = own
+
+
+# ------------------------------------------------------------------------------ which step it stands for
+
+
+def resolve_source(study, source: str | Path) -> str:
+    """The candidate's file relative to ``kernels/`` (``vgg/x.cu``); it must lie beside the steps."""
+    given = Path(source)
+    folder = (paths.kernels_dir() / study.name).resolve()
+    tried = [given, paths.kernels_dir() / given]
+    if not given.is_absolute() and given.parts[:1] == ("kernels",):  # kernels/<study>/x.cu, wherever kernels/ is
+        tried.insert(0, paths.kernels_dir().joinpath(*given.parts[1:]))
+    found = [p for p in tried if p.is_file()]
+    if not found:
+        raise ParameterError(f"The candidate source {source} does not exist.",
+                             f"pass a .cu file beside the steps, e.g. kernels/{study.name}/my_candidate.cu.")
+    path = found[0].resolve()
+    if path.suffix != ".cu" or path.parent != folder:
+        raise ParameterError(f"The candidate source {source} is not a .cu file in kernels/{study.name}/.",
+                             f"put it beside the steps it stands in for: kernels/{study.name}/<name>.cu "
+                             "(it may include their headers).")
+    relpath = f"{study.name}/{path.name}"
+    if _STEP_FILE.match(path.name) and relpath not in {s.source for s in study.steps}:
+        raise ParameterError(f"kernels/{relpath} is numbered like a step but is none of the {study.name} steps.",
+                             "name a new candidate without the two-digit prefix (e.g. kernels/"
+                             f"{study.name}/{_STEP_FILE.sub('', path.name)}); numbered files are the book's steps.")
+    return relpath
+
+
+def compiled_files(relpath: str) -> list[str]:
+    """The file and the local headers it includes (``#include "x.cuh"``, recursively), relative to
+    ``kernels/``: what its build reads from this project."""
+    root = paths.kernels_dir()
+    seen: list[str] = []
+    todo = [relpath]
+    while todo:
+        rel = todo.pop(0)
+        if rel in seen:
+            continue
+        path = root / rel
+        if not path.is_file():
+            continue
+        seen.append(rel)
+        for name in _INCLUDE.findall(path.read_text(encoding="utf-8", errors="replace")):
+            todo.append((Path(rel).parent / name).as_posix())
+    return seen
+
+
+def kernel_names(relpath: str) -> set[str]:
+    """The ``__global__`` functions the file and its local headers define."""
+    names: set[str] = set()
+    for rel in compiled_files(relpath):
+        text = _ATTRIBUTE.sub(" ", (paths.kernels_dir() / rel).read_text(encoding="utf-8", errors="replace"))
+        names.update(_KERNEL.findall(text))
+    return names
+
+
+def choose_step(study, relpath: str, step: str | None = None) -> str:
+    """The step a candidate stands in for (the rule in ``kernelbook.develop``'s docstring)."""
+    if step:
+        return study.steps.get(step).slug
+    for entry in study.steps:
+        if entry.source == relpath:
+            return entry.slug
+    defined = kernel_names(relpath)
+    matching = [s.slug for s in study.steps if study.impl(s.slug).kernel_names
+                and set(study.impl(s.slug).kernel_names) <= defined]
+    if len(matching) == 1:
+        return matching[0]
+    what = f"kernels/{relpath} defines the kernels {', '.join(sorted(defined)) or '(none found)'}"
+    if not matching:
+        raise StepError(f"{what}, which are all of no {study.name} step's kernels.",
+                        f"pass --step SLUG, the step it stands in for: one of {', '.join(study.steps.slugs())}.")
+    raise StepError(f"{what}: the kernels of {len(matching)} steps ({', '.join(matching)}).",
+                    f"pass --step SLUG, the step it stands in for: one of {', '.join(matching)}.")

@@ -35,7 +35,6 @@ only when asked for by its id (``replay_run=``), so promoting never changes what
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import shutil
 from contextlib import contextmanager
@@ -44,15 +43,12 @@ from pathlib import Path
 from typing import Callable
 
 from . import paths, results
-from .errors import ParameterError, ResultsError, StepError
-from .candidate import FILES_DIR, candidate_impl, candidate_study, sha256, standing_in  # noqa: F401  (re-exported)
+from .errors import ParameterError, ResultsError
+from .candidate import (FILES_DIR, candidate_impl, candidate_study, choose_step, compiled_files,
+                        resolve_source, sha256, standing_in)
 from .kernels import NAME_RE, define_options
 from .promote import promote  # noqa: F401  (re-exported: ``kernelbook promote``)
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
-_ATTRIBUTE = re.compile(r"__(?:launch_bounds|cluster_dims)__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")
-_KERNEL = re.compile(r"__global__\s+void\s+([A-Za-z_]\w*)\s*\(")
-_STEP_FILE = re.compile(r"^\d{2}_")
 
 
 # ------------------------------------------------------------------------------ the candidate
@@ -109,78 +105,6 @@ def parse_sweep(text: str) -> tuple[str, list]:
     if not sep or not name.strip() or len(items) < 1:
         raise ParameterError(f"--sweep {text!r} is not NAME=V1,V2,...", "write e.g. --sweep STAGES=3,4.")
     return name.strip(), [parse_value(v) for v in items]
-
-
-def resolve_source(study, source: str | Path) -> str:
-    """The candidate's file relative to ``kernels/`` (``vgg/x.cu``); it must lie beside the steps."""
-    given = Path(source)
-    folder = (paths.kernels_dir() / study.name).resolve()
-    tried = [given, paths.kernels_dir() / given]
-    if not given.is_absolute() and given.parts[:1] == ("kernels",):  # kernels/<study>/x.cu, wherever kernels/ is
-        tried.insert(0, paths.kernels_dir().joinpath(*given.parts[1:]))
-    found = [p for p in tried if p.is_file()]
-    if not found:
-        raise ParameterError(f"The candidate source {source} does not exist.",
-                             f"pass a .cu file beside the steps, e.g. kernels/{study.name}/my_candidate.cu.")
-    path = found[0].resolve()
-    if path.suffix != ".cu" or path.parent != folder:
-        raise ParameterError(f"The candidate source {source} is not a .cu file in kernels/{study.name}/.",
-                             f"put it beside the steps it stands in for: kernels/{study.name}/<name>.cu "
-                             "(it may include their headers).")
-    relpath = f"{study.name}/{path.name}"
-    if _STEP_FILE.match(path.name) and relpath not in {s.source for s in study.steps}:
-        raise ParameterError(f"kernels/{relpath} is numbered like a step but is none of the {study.name} steps.",
-                             "name a new candidate without the two-digit prefix (e.g. kernels/"
-                             f"{study.name}/{_STEP_FILE.sub('', path.name)}); numbered files are the book's steps.")
-    return relpath
-
-
-def compiled_files(relpath: str) -> list[str]:
-    """The file and the local headers it includes (``#include "x.cuh"``, recursively), relative to
-    ``kernels/``: what its build reads from this project."""
-    root = paths.kernels_dir()
-    seen: list[str] = []
-    todo = [relpath]
-    while todo:
-        rel = todo.pop(0)
-        if rel in seen:
-            continue
-        path = root / rel
-        if not path.is_file():
-            continue
-        seen.append(rel)
-        for name in _INCLUDE.findall(path.read_text(encoding="utf-8", errors="replace")):
-            todo.append((Path(rel).parent / name).as_posix())
-    return seen
-
-
-def kernel_names(relpath: str) -> set[str]:
-    """The ``__global__`` functions the file and its local headers define."""
-    names: set[str] = set()
-    for rel in compiled_files(relpath):
-        text = _ATTRIBUTE.sub(" ", (paths.kernels_dir() / rel).read_text(encoding="utf-8", errors="replace"))
-        names.update(_KERNEL.findall(text))
-    return names
-
-
-def choose_step(study, relpath: str, step: str | None = None) -> str:
-    """The step a candidate stands in for (see the module's rule)."""
-    if step:
-        return study.steps.get(step).slug
-    for entry in study.steps:
-        if entry.source == relpath:
-            return entry.slug
-    defined = kernel_names(relpath)
-    matching = [s.slug for s in study.steps if study.impl(s.slug).kernel_names
-                and set(study.impl(s.slug).kernel_names) <= defined]
-    if len(matching) == 1:
-        return matching[0]
-    what = f"kernels/{relpath} defines the kernels {', '.join(sorted(defined)) or '(none found)'}"
-    if not matching:
-        raise StepError(f"{what}, which are all of no {study.name} step's kernels.",
-                        f"pass --step SLUG, the step it stands in for: one of {', '.join(study.steps.slugs())}.")
-    raise StepError(f"{what}: the kernels of {len(matching)} steps ({', '.join(matching)}).",
-                    f"pass --step SLUG, the step it stands in for: one of {', '.join(matching)}.")
 
 
 def refuse_own_defines(study, impl, params: dict, names, sweep: dict | None = None) -> None:

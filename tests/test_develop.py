@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from kernelbook import develop, harness, limits, paths, results
+from kernelbook import candidate, develop, harness, limits, paths, results
 from kernelbook.errors import GPUUnavailable, ParameterError, ResultsError, StepError
 from kernelbook.measure import Measured
 from kernelbook.steps import Launch, Step, StepImpl, StepList
@@ -78,7 +78,7 @@ class Rows(StepImpl):
     def kernel(self, name, params, problem):
         """The "build": the file (and its header) read as they are, with the defines over them."""
         folder = paths.kernels_dir()
-        text = "".join((folder / rel).read_text() for rel in develop.compiled_files(self.source))
+        text = "".join((folder / rel).read_text() for rel in candidate.compiled_files(self.source))
         assert re.search(rf"\b{name}\s*\(", text), f"{self.source} defines no {name}"
         defines = self.defines(params, problem)
         scale = int(defines.get("SCALE", _define(text, "SCALE")))
@@ -201,24 +201,24 @@ def _book_run(step="rows"):
 
 def test_a_steps_own_file_stands_for_that_step_and_a_new_file_for_the_step_whose_kernels_it_defines(toy):
     folder, _, _ = toy
-    assert develop.choose_step(STUDY, "toy/01_tiled.cu") == "tiled"
+    assert candidate.choose_step(STUDY, "toy/01_tiled.cu") == "tiled"
     (folder / "tiled_wide.cu").write_text(TILED_SOURCE)
-    assert develop.choose_step(STUDY, "toy/tiled_wide.cu") == "tiled"
+    assert candidate.choose_step(STUDY, "toy/tiled_wide.cu") == "tiled"
     # the kernel names behind __launch_bounds__ and in an included header count alike
     (folder / "wrapper.cu").write_text('#include "tiled_wide.cu"\n')
-    assert develop.kernel_names("toy/wrapper.cu") == {"double_tiled"}
-    assert develop.choose_step(STUDY, "toy/wrapper.cu", step="rows") == "rows"
+    assert candidate.kernel_names("toy/wrapper.cu") == {"double_tiled"}
+    assert candidate.choose_step(STUDY, "toy/wrapper.cu", step="rows") == "rows"
 
 
 def test_a_file_whose_kernels_match_several_steps_or_none_is_refused_naming_the_fix(toy):
     folder, _, _ = toy
     (folder / "rows_wide.cu").write_text(STEP_SOURCE)
     with pytest.raises(StepError, match=r"2 steps \(rows, same-kernel\)") as found:
-        develop.choose_step(STUDY, "toy/rows_wide.cu")
+        candidate.choose_step(STUDY, "toy/rows_wide.cu")
     assert "--step SLUG" in found.value.fix and "rows, same-kernel" in found.value.fix
     (folder / "nothing.cu").write_text('extern "C" __global__ void other(float* y) {}\n')
     with pytest.raises(StepError, match="defines the kernels other, which are all of no toy step") as found:
-        develop.choose_step(STUDY, "toy/nothing.cu")
+        candidate.choose_step(STUDY, "toy/nothing.cu")
     assert "one of rows, tiled, same-kernel" in found.value.fix
 
 
@@ -227,15 +227,15 @@ def test_a_source_outside_the_steps_folder_or_numbered_like_a_step_is_refused(to
     elsewhere = tmp_path / "x.cu"
     elsewhere.write_text(STEP_SOURCE)
     with pytest.raises(ParameterError, match="not a .cu file in kernels/toy/") as found:
-        develop.resolve_source(STUDY, elsewhere)
+        candidate.resolve_source(STUDY, elsewhere)
     assert "kernels/toy/<name>.cu" in found.value.fix
     (folder / "07_new.cu").write_text(STEP_SOURCE)
     with pytest.raises(ParameterError, match="numbered like a step") as found:
-        develop.resolve_source(STUDY, folder / "07_new.cu")
+        candidate.resolve_source(STUDY, folder / "07_new.cu")
     assert "kernels/toy/new.cu" in found.value.fix
     with pytest.raises(ParameterError, match="does not exist"):
-        develop.resolve_source(STUDY, "kernels/toy/missing.cu")
-    assert develop.resolve_source(STUDY, folder / "00_rows.cu") == "toy/00_rows.cu"
+        candidate.resolve_source(STUDY, "kernels/toy/missing.cu")
+    assert candidate.resolve_source(STUDY, folder / "00_rows.cu") == "toy/00_rows.cu"
 
 
 def test_bad_defines_and_parameters_are_refused_before_anything_runs(toy):
