@@ -141,10 +141,13 @@ def narrow(fig, min_pt: float | None = None) -> None:
     for ax in fig.axes:
         labels = [t.get_text() for t in ax.get_yticklabels()]
         if labels and max(len(label) for label in labels) > TICK_CHARS:
-            wrapped = [textwrap.fill(label, TICK_CHARS) for label in labels]
-            ax.set_yticks(ax.get_yticks(), wrapped, fontsize=max(min_pt, ax.get_yticklabels()[0].get_fontsize()))
-            lines = max(w.count("\n") + 1 for w in wrapped)
-            tall_rows = max(tall_rows, len(labels) * lines * min_pt * 1.35 / 72 + 1.0)
+            labels = [textwrap.fill(label, TICK_CHARS) for label in labels]
+            ax.set_yticks(ax.get_yticks(), labels)
+        lines = max((label.count("\n") + 1 for label in labels), default=1)
+        if lines > 1:  # each wrapped label gets the height of its lines
+            size = max(min_pt, ax.get_yticklabels()[0].get_fontsize())
+            ax.tick_params(axis="y", labelsize=size)
+            tall_rows = max(tall_rows, len(labels) * lines * size * 1.4 / 72 + 1.2)
     for ax in fig.axes:  # a heat map's numbers in its cells: unreadable this narrow, the page's table has them
         if len(ax.texts) > CELL_LABELS:
             for text in ax.texts:
@@ -196,6 +199,7 @@ def narrow(fig, min_pt: float | None = None) -> None:
 
 def colliding_tick_labels(fig) -> list[str]:
     """Tick labels of one axis drawn over each other (too many, too long for the panel's width)."""
+    fig.canvas.draw()  # the labels where they are now, at the figure's own dpi (not a PNG's)
     renderer = fig.canvas.get_renderer()
     bad = []
     for ax in fig.axes:
@@ -203,10 +207,11 @@ def colliding_tick_labels(fig) -> list[str]:
             continue
         for name, labels in (("x", ax.get_xticklabels()), ("y", ax.get_yticklabels())):
             # a label closer than a character's gap to the next reads as one word with it ("0001")
-            gap = 0.25 * fig.dpi * min((t.get_fontsize() for t in labels), default=8) / 72
+            gap = 0.1 * fig.dpi * min((t.get_fontsize() for t in labels), default=8) / 72
             # slanted labels' boxes overlap where their letters do not: only level or upright ones
-            boxes = [(t.get_text(), t.get_window_extent(renderer).padded(gap / 2)) for t in labels
-                     if t.get_visible() and t.get_text().strip() and t.get_rotation() % 90 == 0]
+            # (an upright label's box already holds its line's spacing: no gap added to it)
+            boxes = [(t.get_text(), t.get_window_extent(renderer).padded(gap / 2 if t.get_rotation() % 180 == 0 else 0))
+                     for t in labels if t.get_visible() and t.get_text().strip() and t.get_rotation() % 90 == 0]
             for (a, box_a), (b, box_b) in zip(boxes, boxes[1:]):
                 if box_a.width and box_b.width and box_a.overlaps(box_b):
                     bad.append(f"the {name} tick labels {a!r} and {b!r} of panel {ax.get_title()!r} overlap")
@@ -223,8 +228,7 @@ def _untangle_ticks(fig) -> None:
         boxes = [t.get_window_extent(renderer).padded(gap / 2) for t in ax.get_xticklabels()
                  if t.get_visible() and t.get_text()]
         if any(a.overlaps(b) for a, b in zip(boxes, boxes[1:])):
-            for t in ax.get_xticklabels():
-                t.set_rotation(90)
+            ax.tick_params(axis="x", labelrotation=90)  # the axis's setting: the labels are remade on drawing
 
 
 def figure_html(fig):
