@@ -1,5 +1,6 @@
 """What a batch records about its notebooks (``batch.json``): each notebook's outcome, the batch's
-report, the source a page was executed from. Below the batch and its engines, which all use it.
+report, the source a page was executed from, and the key under which a page records each kernel
+source it shows. Below the batch, its engines and the pages' tables, which all use it.
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ class BatchReport:
         data["notebooks"] = mine + [asdict(nb) for nb in self.earlier if nb.name not in names]
         return data
 
+
+#: Output-metadata key of a shown kernel source (``report.show_source`` writes it, with the file's path
+#: and sha256; ``executed.stale_sources`` reads it).
+SOURCE_METADATA = "kernelbook_source"
 
 #: The states of a notebook that a batch has not finished: its earlier executed file is untouched.
 UNFINISHED = ("pending", "running", "interrupted")

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from . import paths, results
-from .batch_report import NotebookResult, source_digest
+from .batch_report import SOURCE_METADATA, NotebookResult, source_digest
 from .toc import BatchError
 
 
@@ -192,8 +192,6 @@ def unchanged(before: NotebookResult | None, entry: NotebookResult, output: Path
 def stale_sources(nb, root: Path) -> list[str]:
     """The kernel sources an executed notebook shows (``report.show_source`` puts each one's path
     and sha256 in its output's metadata) that have changed, or gone, since it was executed."""
-    from .report import SOURCE_METADATA  # (the tables' module, and pandas, only when a notebook is judged)
-
     stale = []
     for cell in nb.cells:
         for output in cell.get("outputs", []):

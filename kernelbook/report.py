@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import paths
+from .batch_report import SOURCE_METADATA
 from .escape import html_text, md_code, md_text
 from .errors import DataError
 from .measure import TIMING_WORDS
@@ -373,7 +374,7 @@ class SourceBlock:
 
     def _metadata(self) -> dict:
         shown = {"path": f"{self.folder}{self.relpath}", "sha256": self.sha256}
-        if self.headers:  # an edited header makes the page stale too (build.stale_sources)
+        if self.headers:  # an edited header makes the page stale too (executed.stale_sources)
             shown["headers"] = {f"{self.folder}{path}": self.header_digests[path] for path, _ in self.headers}
         return {SOURCE_METADATA: shown}
 
@@ -403,10 +404,6 @@ class SourceBlock:
         for path, text in self.headers:  # the shared device code the step includes, shown whole
             body += f"\n\nIncluded: {md_code(self.folder + path)}\n\n{fence}cuda\n{text}\n{fence}"
         return body, self._metadata()
-
-
-#: Output-metadata key of a shown kernel source (read by ``build.stale_sources``).
-SOURCE_METADATA = "kernelbook_source"
 
 
 def show_source(relpath: str, start: str | None = None, folder: Path | None = None):
@@ -440,7 +437,7 @@ def _from_repo(folder: Path) -> str:
 def included_headers(relpath: str, digests: dict | None = None, folder: Path | None = None) -> list[tuple[str, str]]:
     """The local headers (``#include "x.cuh"``) a kernel file includes, depth first, each once
     (headers that include each other are walked once); ``digests`` receives each header's sha256
-    of its bytes, as ``build.stale_sources`` hashes them."""
+    of its bytes, as ``executed.stale_sources`` hashes them."""
     seen: list[tuple[str, str]] = []
     visited = {relpath}
     root = paths.kernels_dir() if folder is None else Path(folder)
