@@ -172,7 +172,7 @@ elif [ -n "$batch_run" ] && [ -d "data/results/$batch_run" ]; then
       note "skipped sanitizer for $study: SANITIZE_STEPS names none of its steps"; continue
     fi
     timeout "${SANITIZE_TIMEOUT:-300}" "$PY" scripts/sanitize.py --study "$study" --run-id "$batch_run" \
-      ${steps:+--variants "$steps"} ${layers:+--layers "$layers"} 2>&1 \
+      ${steps:+--steps "$steps"} ${layers:+--layers "$layers"} 2>&1 \
       | tee -a "$LOGS/sanitize.log" | tail -5
     finish_step "scripts/sanitize.py --study $study --run-id $batch_run" "${PIPESTATUS[0]}"
   done
