@@ -8,7 +8,8 @@ import nbformat
 import pytest
 from tinybook import make_book
 
-from kernelbook import batch, executed, results
+from kernelbook import batch, results
+from kernelbook import executed as executed_mod
 from kernelbook.batch import BatchError, book_notebooks, parse_parameter, parse_parameters, run_batch
 from kernelbook.errors import KernelbookError
 
@@ -639,9 +640,9 @@ def test_a_notebook_whose_inputs_are_unchanged_is_kept_and_anything_changed_exec
     (code / "mod.py").write_text("x = 1\n")
     (data / "reported.csv").write_text("a,b\n")
     (kernels / "part" / "k.cu").write_text("// kernel\n")
-    monkeypatch.setattr(executed, "CODE_DIR", code)
+    monkeypatch.setattr(executed_mod, "CODE_DIR", code)
     monkeypatch.setenv("KERNELBOOK_DATA_DIR", str(data))
-    monkeypatch.setattr(executed.paths, "kernels_dir", lambda: kernels)
+    monkeypatch.setattr(executed_mod.paths, "kernels_dir", lambda: kernels)
     out = tmp_path / "out"
     executed = out / "part" / "good.ipynb"
     report, _ = _run(book, out, only="*good*", mode="replay", workers=1, parameters={"size": 4})
@@ -684,8 +685,8 @@ def test_a_notebook_whose_inputs_are_unchanged_is_kept_and_anything_changed_exec
 
 def test_a_measuring_batch_never_keeps_a_notebook(book, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(executed, "unchanged", lambda *a: calls.append(a) or True)
-    monkeypatch.setattr(executed, "shared_inputs", lambda *a: calls.append(a) or {})
+    monkeypatch.setattr(executed_mod, "unchanged", lambda *a: calls.append(a) or True)
+    monkeypatch.setattr(executed_mod, "shared_inputs", lambda *a: calls.append(a) or {})
     with pytest.raises(BatchError):  # measuring needs a GPU: refused before anything is compared
         _run(book, tmp_path / "out", only="*good*", mode="measure")
     assert calls == []
