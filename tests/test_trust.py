@@ -405,7 +405,7 @@ def test_a_kernel_attribute_is_set_once_per_kernel_and_value():
 
 def test_headers_that_include_each_other_are_shown_once_with_the_digest_the_build_checks(tmp_path, monkeypatch):
     """A kernel's included headers: each once even when two include each other, and the digest in
-    the page's metadata is the one ``build.stale_sources`` computes (of the file's bytes, which
+    the page's metadata is the one ``executed.stale_sources`` computes (of the file's bytes, which
     need not be UTF-8)."""
     from kernelbook import paths, report
     from kernelbook.batch_report import source_digest
