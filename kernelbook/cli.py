@@ -299,7 +299,12 @@ def _part_summary(names: list[str]) -> str:
 
 
 def _cmd_results(args: argparse.Namespace) -> int:
+    import os
+
     from . import paths, results
+
+    if args.dev:  # this process reads the development store as its store
+        os.environ["KERNELBOOK_RESULTS_DIR"] = str(paths.dev_results_dir())
 
     if args.check:
         problems = results.check_store()

@@ -19,7 +19,7 @@ from .evidence.vendor import vendor
 from .plots import PALETTE, footer  # one palette for every figure
 from .verdict import (device_limits, precision_of, spread, target_margin,  # noqa: F401 (the page calls them here)
                       verdict, verdict_frame, within_spread)
-from .report import ANY_BATCH, find_record, format_ms, styled
+from .report import ANY_SIZE, find_record, format_ms, styled
 
 
 def book_device(study) -> str | None:

@@ -632,3 +632,20 @@ def test_the_device_script_packs_each_candidates_run_and_the_import_puts_them_in
     again = subprocess.run(["bash", "scripts/import_device_run.sh", str(out / "try.tar.gz")], cwd=paths.REPO_ROOT,
                            env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 1 and "exists already" in again.stderr
+
+
+def test_results_runs_dev_lists_the_development_store_not_the_books(toy, capsys, monkeypatch):
+    from kernelbook import cli
+
+    _, dev, book = toy
+    book_run = _book_run()
+    (toy[0] / "rows_cheap.cu").write_text(STEP_SOURCE.replace("#define COST 4", "#define COST 1"))
+    tried, _ = _try("kernels/toy/rows_cheap.cu", step="rows")
+    monkeypatch.setenv("KERNELBOOK_RESULTS_DIR", str(book))   # cli --dev may change it; restored after
+    assert cli.main(["results", "--runs", "--dev"]) == 0
+    out = capsys.readouterr().out
+    assert tried.run.run_id in out and book_run not in out
+    monkeypatch.setenv("KERNELBOOK_RESULTS_DIR", str(book))
+    assert cli.main(["results", "--runs"]) == 0
+    out = capsys.readouterr().out
+    assert book_run in out and tried.run.run_id not in out
