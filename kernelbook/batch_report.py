@@ -12,6 +12,7 @@ from pathlib import Path
 from . import paths
 from .errors import KernelbookError
 
+
 @dataclass
 class NotebookResult:
     """How one notebook of the batch ended (``running`` left behind means the batch was killed)."""

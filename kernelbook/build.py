@@ -396,5 +396,5 @@ def _run_jupyter_book(stage: Path, output: Path, strict: bool, log) -> Path:
             ".ipynb, the folder `kernelbook run` wrote), or build with --no-strict to look at the book anyway.",
         )
     if not (html / "index.html").is_file():
-        raise BuildError(f"jupyter-book finished but wrote no index.html.", "look at the build output above.")
+        raise BuildError("jupyter-book finished but wrote no index.html.", "look at the build output above.")
     return html

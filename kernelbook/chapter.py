@@ -21,17 +21,14 @@ from __future__ import annotations
 
 import re
 
+from . import limits, stepdata
+from . import params as P
+from . import session as session_mod
 from .candidate import FILES_DIR
 from .errors import MissingValue
-
-from . import limits
-from . import params as P
 from .escape import shown_value
-from . import session as session_mod
 from .measure import check_repeats
-from . import stepdata
 from .stepdata import StepRecording
-from .steps import Step
 from .study import Study
 
 

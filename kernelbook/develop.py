@@ -43,13 +43,19 @@ from pathlib import Path
 from typing import Callable
 
 from . import paths, results
+from .candidate import (
+    FILES_DIR,
+    candidate_impl,
+    candidate_study,
+    choose_step,
+    compiled_files,
+    resolve_source,
+    sha256,
+    standing_in,
+)
 from .errors import ParameterError, ResultsError
-from .candidate import (FILES_DIR, candidate_impl, candidate_study, choose_step, compiled_files,
-                        resolve_source, sha256, standing_in)
 from .kernels import NAME_RE, define_options
 from .promote import promote  # noqa: F401  (re-exported: ``kernelbook promote``)
-
-
 
 # ------------------------------------------------------------------------------ the candidate
 

@@ -13,7 +13,6 @@ from . import results
 from .errors import KernelbookError
 from .toc import BatchError
 
-
 _SMI_FIELDS = ("index", "uuid", "name", "driver_version", "memory.total", "clocks.max.sm",
                "clocks.max.memory", "clocks.applications.graphics", "pci.bus_id")
 _KEYS = ("index", "uuid", "name", "driver", "memory_mib", "max_sm_clock_mhz", "max_memory_clock_mhz",

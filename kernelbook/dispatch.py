@@ -16,8 +16,7 @@ from typing import TextIO
 
 from . import results
 from .atomic import write_json_atomic, write_text_atomic
-from .batch_report import BatchReport, NotebookResult
-from .batch_report import record_source, short_error, text_digest
+from .batch_report import BatchReport, NotebookResult, record_source, short_error, text_digest
 from .errors import KernelbookError
 
 

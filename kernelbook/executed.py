@@ -19,7 +19,6 @@ from . import paths, results
 from .batch_report import SOURCE_METADATA, NotebookResult, source_digest
 from .toc import BatchError
 
-
 # ----------------------------------------------------------------------------- the folder
 
 LOCK_NAME = ".batch.lock"

@@ -16,7 +16,6 @@ from pathlib import Path
 from .errors import ParameterError
 from .limits import finite_number
 
-
 #: The most entries a list of sizes (or cases) may hold: each is a timed problem, and a page
 #: shows one row per entry.
 MAX_SIZES = 64

@@ -297,7 +297,6 @@ def figure_faults(fig) -> list[str]:
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     bad = []
-    texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()]
     if not any(t.get_text().strip() and t.get_position()[1] < 0.15 for t in fig.texts):
         bad.append("no run footer (a line of text at the figure's foot: plots.footer)")
     axes = [ax for ax in fig.axes if ax.get_visible()]

@@ -8,7 +8,6 @@ numbers were timed (CUDA-graph replays, events, a host-bound loop) in a footnote
 
 from __future__ import annotations
 
-
 import hashlib
 import html
 import re
@@ -18,8 +17,8 @@ import pandas as pd
 
 from . import paths
 from .batch_report import SOURCE_METADATA
-from .escape import html_text, md_code, md_text
 from .errors import DataError
+from .escape import html_text, md_code, md_text
 from .measure import TIMING_WORDS
 
 

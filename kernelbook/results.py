@@ -40,9 +40,28 @@ from .atomic import is_temporary, write_json_atomic  # noqa: F401  (write_json_a
 from .errors import ResultsError
 from .measure import Measured
 from .store_schema import (  # noqa: F401  (the validator, re-exported: results.validate_part, ...)
-    CREATED_PATTERN, MANIFEST_KEYS, MAX_MANIFEST_BYTES, MAX_PART_BYTES, NUMBER_BOUND, PART_NAME_PATTERN, RECORD_KEYS,
-    RUN_ID_PATTERN, SCHEMA_VERSION, _bad, _entry, _is_finite, _is_text, _listing, loads, part_owner, read_json,
-    validate_check, validate_manifest, validate_part, validate_record)
+    CREATED_PATTERN,
+    MANIFEST_KEYS,
+    MAX_MANIFEST_BYTES,
+    MAX_PART_BYTES,
+    NUMBER_BOUND,
+    PART_NAME_PATTERN,
+    RECORD_KEYS,
+    RUN_ID_PATTERN,
+    SCHEMA_VERSION,
+    _bad,
+    _entry,
+    _is_finite,
+    _is_text,
+    _listing,
+    loads,
+    part_owner,
+    read_json,
+    validate_check,
+    validate_manifest,
+    validate_part,
+    validate_record,
+)
 
 TEMP_DIR_SUFFIX = ".tmp-run"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from . import gpu, provenance, results
-from .escape import md_code, md_text, shown_value
 from .errors import GPUUnavailable, ParameterError, ResultsError
+from .escape import md_code, md_text, shown_value
 from .params import shown
 
 MODES = ("auto", "measure", "replay")

@@ -55,6 +55,7 @@ from typing import ClassVar, Iterable, Iterator
 from . import paths
 from .errors import ParameterError, StepError
 
+
 def renamed(old: str, new: str, value=None):
     """A deprecated name still accepted for one release: warn (``DeprecationWarning`` naming the
     new name) and hand back ``value`` (``variant=`` is now ``step=``, ``get_variant`` ``get_step``)."""

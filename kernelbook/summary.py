@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import results
-from . import stepdata
+from . import results, stepdata
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
 from .evidence.vendor import vendor
 from .plots import PALETTE, footer  # one palette for every figure
-from .verdict import (device_limits, precision_of, spread, target_margin,  # noqa: F401 (the page calls them here)
-                      verdict, verdict_frame, within_spread)
 from .report import ANY_SIZE, find_record, format_ms, styled
+from .verdict import device_limits, precision_of, spread, target_margin, verdict, verdict_frame, within_spread  # noqa: F401 (the page calls them here)
 
 
 def book_device(study) -> str | None:
@@ -225,7 +223,6 @@ def reported_best(study):
 
 def _summed(records: list[dict], metric: str, cases, size) -> float | None:
     """The sum of ``metric`` over ``cases`` at ``size`` (any size when None); None if one is missing."""
-    from .report import ANY_SIZE
 
     found = [find_record(records, metric, c, ANY_SIZE if size is None else size) for c in cases]
     return None if any(f is None or f["value"] is None for f in found) else sum(f["value"] for f in found)
@@ -289,9 +286,9 @@ def target_lines(study, step: str | None = None) -> list[str]:
             lines.append(f"{t['what']} (≤ {format_ms(t['limit_ms'])}): no eligible step is recorded.")
             continue
         slug, ms, run_id = t["best"]
-        verdict = ("met" if ms <= t["limit_ms"] else
+        outcome = ("met" if ms <= t["limit_ms"] else
                    f"missed by {format_ms(ms - t['limit_ms'])} ({ms / t['limit_ms']:.2f}× the target)")
-        line = f"{t['what']} (≤ {format_ms(t['limit_ms'])}): the fastest such step, {slug}, takes {format_ms(ms)}: {verdict}"
+        line = f"{t['what']} (≤ {format_ms(t['limit_ms'])}): the fastest such step, {slug}, takes {format_ms(ms)}: {outcome}"
         if t["vendor_ms"] is not None:
             ahead = ms < t["vendor_ms"]
             line += (f"; {t['vendor']} takes {format_ms(t['vendor_ms'])}{vendor_ratio(t)}, so the step is "

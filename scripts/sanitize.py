@@ -50,7 +50,8 @@ def main(argv=None) -> int:
 
     from kernelbook import gpu, paths, results, session
     from kernelbook.chapter import load_recorded
-    from kernelbook.evidence import sanitizer, tools as profiler_tools
+    from kernelbook.evidence import sanitizer
+    from kernelbook.evidence import tools as profiler_tools
 
     study = importlib.import_module(args.study).STUDY
     tool = profiler_tools.sanitizer_path()

@@ -754,8 +754,9 @@ def test_ctrl_c_at_the_terminal_prints_nothing_else_and_keeps_every_earlier_note
     import sys
     import time
 
-    from kernelbook.build import stage_book
     from tinybook import GOOD
+
+    from kernelbook.build import stage_book
 
     book = make_book(tmp_path / "tiny", with_bad=False)
     toc = book / "_toc.yml"
@@ -853,8 +854,9 @@ def test_a_killed_batch_leaves_every_earlier_notebook_buildable(tmp_path, no_gpu
     import sys
     import time
 
-    from kernelbook.build import stage_book
     from tinybook import GOOD
+
+    from kernelbook.build import stage_book
 
     book = make_book(tmp_path / "tiny", with_bad=False)
     toc = book / "_toc.yml"

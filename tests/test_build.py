@@ -208,7 +208,6 @@ def test_no_space_left_is_one_plain_error(book, tmp_path, monkeypatch, capsys):
     import errno
     import shutil
 
-    from kernelbook import cli
 
     executed = tmp_path / "executed"
     write_executed(executed / "part" / "good.ipynb", "hello\n")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from conftest import DEVICE
+
 from kernelbook import cli, results
 from kernelbook.compare import compare_runs, render
 from kernelbook.measure import Measured
-
-from conftest import DEVICE
 
 
 def _run(run_id, c1, c3, device=DEVICE):

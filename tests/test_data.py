@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from kernelbook import paths
-from kernelbook.lenet import data
 from kernelbook.errors import DataError, ShapeError
+from kernelbook.lenet import data
 
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "fashion-mnist"
 T10K_IMAGES = SHIPPED / "t10k-images-idx3-ubyte.gz"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from launch_recorder import TABLE, all_cases, record_case
 
 from kernelbook import lenet, mlp, vgg

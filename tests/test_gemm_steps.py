@@ -8,11 +8,9 @@ import shutil
 
 import pytest
 
-from kernelbook import lenet
-from kernelbook import kernels
+from kernelbook import kernels, lenet
 from kernelbook.errors import ParameterError, ShapeError
-from kernelbook.lenet import ConvShape, layer_shape, convstep
-from kernelbook.lenet import final, gemm
+from kernelbook.lenet import ConvShape, final, gemm, layer_shape
 
 GEMM_SLUGS = ["unroll-matmul", "fused-unroll-matmul", "cublas", "fp16", "tensor-cores", "index-reuse",
               "per-layer-kernels", "register-tiling", "specialised"]

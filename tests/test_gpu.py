@@ -3,12 +3,11 @@
 import numpy as np
 import pytest
 
-from kernelbook import lenet
-from kernelbook import harness
+from kernelbook import harness, lenet
 from kernelbook.checks import claims_fp32_range
-from kernelbook.lenet.study import STUDY, check_step
 from kernelbook.errors import ShapeError
-from kernelbook.lenet import ConvShape, conv_forward
+from kernelbook.lenet import conv_forward
+from kernelbook.lenet.study import STUDY, check_step
 
 pytestmark = pytest.mark.gpu
 
@@ -135,7 +134,6 @@ def test_fp32_steps_pass_the_range_test(slug, layer):
     from kernelbook.checks import poisoned
     from kernelbook.lenet.reference import conv2d_reference
 
-    impl = lenet.get_step(slug)
     shape = lenet.layer_shape(layer, 2)
     rng = np.random.default_rng()
     errors = {}

@@ -7,8 +7,8 @@ import shutil
 import pytest
 from conftest import fabricate_chapter
 
-from kernelbook import paths
 from kernelbook import params as P
+from kernelbook import paths
 from kernelbook.chapter import run_chapter
 from kernelbook.errors import DataError, ParameterError
 from kernelbook.lenet import STUDY

@@ -4,10 +4,9 @@ import shutil
 
 import pytest
 
-from kernelbook import lenet
-from kernelbook import kernels
+from kernelbook import kernels, lenet
 from kernelbook.errors import LaunchLimitError, ParameterError, ShapeError
-from kernelbook.lenet import ConvShape, layer_shape, convstep
+from kernelbook.lenet import ConvShape, layer_shape
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 

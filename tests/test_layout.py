@@ -15,8 +15,7 @@ Chromium is required, not optional: `make test-book` installs it (`make browser`
 import re
 
 import pytest
-
-from browser import Browser, book_pages, executable, INSTALL
+from browser import INSTALL, Browser, book_pages, executable
 from page_rules import layout_faults, scrolls, soup
 
 pytestmark = [pytest.mark.slow, pytest.mark.book]

@@ -11,9 +11,9 @@ import importlib
 import os
 import shutil
 
+import fake_gpu
 import pytest
 
-import fake_gpu
 from kernelbook import capability, harness, paths, results
 
 STUDIES = ("lenet", "mlp", "vgg")

@@ -11,15 +11,17 @@ import pytest
 
 matplotlib.use("Agg")
 
+from conftest import DEVICE, fabricate_chapter  # noqa: E402
+
 from kernelbook import results, session  # noqa: E402
+from kernelbook.chapter import run_chapter  # noqa: E402
 from kernelbook.errors import GPUUnavailable  # noqa: E402
 from kernelbook.evidence import ceilings as ceilings_mod  # noqa: E402
 from kernelbook.evidence import floor, ncu, ncu_metrics, roofline, sanitizer, tools, vendor  # noqa: E402
-from kernelbook.lenet import layer_shape  # noqa: E402
-from kernelbook.chapter import run_chapter  # noqa: E402
-from kernelbook.lenet import STUDY  # noqa: E402
-
-from conftest import DEVICE, fabricate_chapter  # noqa: E402
+from kernelbook.lenet import (
+    STUDY,  # noqa: E402
+    layer_shape,  # noqa: E402
+)
 
 NVTX = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
 COLUMNS = ["ID", "Process ID", "Process Name", "Host Name", NVTX, "Kernel Name", "Context", "Stream",

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from kernelbook.lenet import reference
 from kernelbook.errors import ShapeError
+from kernelbook.lenet import reference
 from kernelbook.lenet.reference import accuracy, conv2d_reference, forward_reference, max_pool, predict
 from kernelbook.lenet.weights import LeNetWeights, default_weights_path, read_weights
 

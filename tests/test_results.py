@@ -2,12 +2,11 @@ import json
 import os
 
 import pytest
+from conftest import DEVICE, fabricate_chapter
 
 from kernelbook import results
 from kernelbook.errors import ResultsError
 from kernelbook.measure import Measured
-
-from conftest import DEVICE, fabricate_chapter
 
 
 def test_run_id_starts_with_utc_timestamp_and_sorts_by_age():

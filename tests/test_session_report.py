@@ -1,12 +1,11 @@
 import pytest
+from conftest import fabricate_chapter
 
 from kernelbook import report, session
 from kernelbook.chapter import run_chapter
 from kernelbook.errors import GPUUnavailable, ParameterError, ResultsError, StepError
 from kernelbook.lenet import STUDY
 from kernelbook.lenet.tables import expectations, reported, reported_table
-
-from conftest import fabricate_chapter
 
 LENET_COLUMNS = ["Batch Size", "Op Time 1", "Op Time 2", "Layer Time 1", "Layer Time 2",
                  "Total Execution Time", "Accuracy"]

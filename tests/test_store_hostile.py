@@ -10,12 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import fabricate_chapter
 
 from kernelbook import cli, results
-from kernelbook.compare import compare_runs
 from kernelbook.errors import ResultsError
-
-from conftest import fabricate_chapter
 
 GOOD, BAD = "20261101T0000Z-aaaaaa", "20261121T0000Z-bbbbbb"
 

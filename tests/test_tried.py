@@ -9,7 +9,13 @@ import pytest
 
 from kernelbook import develop, gpu
 from kernelbook.errors import ResultsError
-from tests.test_develop import STEP_SOURCE, STUDY, _book_run, _try, toy  # noqa: F401  (toy: the fixture)
+from tests.test_develop import (
+    STEP_SOURCE,
+    STUDY,
+    _book_run,
+    _try,
+    toy,  # noqa: F401  (the fixture, used by name)
+)
 
 
 def _promoted(source, **kwargs):

@@ -13,16 +13,14 @@ import time
 import warnings
 
 import pytest
+from conftest import DEVICE, fabricate_chapter
 
 from kernelbook import cli, gpu, limits, paths, results
 from kernelbook.batch import BatchError, run_batch
-from kernelbook.executed import LOCK_NAME
 from kernelbook.chapter import run_chapter
-from kernelbook.errors import GPUUnavailable, LaunchLimitError, ParameterError, ResultsError
+from kernelbook.errors import GPUUnavailable, LaunchLimitError, ResultsError
+from kernelbook.executed import LOCK_NAME
 from kernelbook.lenet import STUDY, get_step, layer_shape
-
-from conftest import DEVICE, fabricate_chapter
-
 
 # ----------------------------------------------------------------------------- one bad file
 
@@ -143,8 +141,8 @@ def test_leftovers_of_killed_writes_are_ignored_and_files_are_world_readable(res
 def test_a_second_batch_is_refused_while_one_runs_and_a_dead_one_leaves_no_lock(tmp_path, no_gpu):
     from tinybook import make_book
 
-    from kernelbook.executed import batch_lock, held_by
     from kernelbook.build import BuildError, stage_book
+    from kernelbook.executed import batch_lock, held_by
 
     book = make_book(tmp_path / "tiny", with_bad=False)
     out = tmp_path / "out"

@@ -12,7 +12,7 @@ import pytest
 
 from kernelbook import kernels, paths
 from kernelbook.errors import GPUUnavailable, LaunchLimitError, ParameterError, ShapeError
-from kernelbook.vgg import CASES, STEPS, ConvPoolShape, impls
+from kernelbook.vgg import CASES, STEPS, ConvPoolShape
 from kernelbook.vgg.reference import conv_same, pool2x2, reference, reference_at
 
 SMALL = ConvPoolShape(1, 3, 9, 8, 5, 3)

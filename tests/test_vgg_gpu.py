@@ -113,7 +113,6 @@ def test_hopper_raw_weights_changed_in_place_are_repacked(slug):
 def test_hopper_prepared_weights_are_a_snapshot(slug):
     """vgg.prepare_weights packs once; the call with it matches float64, later changes to the
     array do not reach it (the documented contract), and another step refuses it."""
-    import cupy as cp
 
     from kernelbook.errors import ParameterError
     from kernelbook.vgg import prepare_weights
@@ -136,7 +135,6 @@ def test_hopper_prepared_weights_are_a_snapshot(slug):
 
 
 def test_hopper_fp16_prepared_weights_pack_bf16_on_first_use():
-    import cupy as cp
 
     from kernelbook.vgg import prepare_weights
 

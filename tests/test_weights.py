@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernelbook.lenet import weights as wmod
 from kernelbook.errors import DataError, ShapeError
+from kernelbook.lenet import weights as wmod
 from kernelbook.lenet.weights import LAYER_COUNTS, LeNetWeights, read_weights, write_weights
 
 

@@ -59,9 +59,9 @@ def measure_ceilings(repeats: int = 10, warmup: int = 2, copy_bytes: int = 2**30
     records.append(_ceiling("copy_gbs", 2 * copy_bytes / (copy.median / 1e3) / 1e9, copy, bytes_moved=2 * copy_bytes,
                             how="cudaMemcpyAsync device to device, CUDA events around each copy (launched directly: "
                                 "in a graph the copy engines would run it); bytes read + written"))
-    del dst
+    dst = None  # free the buffer before the next allocation
     records.append(_read_ceiling(src, copy_bytes, repeats, warmup))
-    del src
+    src = None
 
     blocks, threads = gpu.multiprocessors() * 8, 256
     kernel = kernels.get_kernel(FMA_SOURCE, "fp32_fma_peak", {"FMA_CHAINS": FMA_CHAINS})
@@ -82,7 +82,7 @@ def measure_ceilings(repeats: int = 10, warmup: int = 2, copy_bytes: int = 2**30
     half = time_gpu(lambda: cp.matmul(ah, bh, out=ch), repeats, warmup)
     records.append(_ceiling("fp16_tensor_gflops", flops / (half.median / 1e3) / 1e9, half, flops=flops,
                             how=f"cupy.matmul of {n}x{n} float16 matrices (cuBLAS, tensor cores)"))
-    del ah, bh, ch
+    ah = bh = ch = None
     c = cp.empty((n, n), dtype=cp.float32)
     try:
         from cupy._core import _routines_linalg as linalg
@@ -98,7 +98,7 @@ def measure_ceilings(repeats: int = 10, warmup: int = 2, copy_bytes: int = 2**30
     except Exception as exc:  # a CuPy without the switch: say so, keep the other ceilings
         records.append(results.record("device", "ceilings", None, None, "tf32_tensor_gflops", None,
                                       unit="GFLOP/s", how=f"not measured: {type(exc).__name__}: {exc}"))
-    del a, b, c
+    a = b = c = None
     cp.get_default_memory_pool().free_all_blocks()
     records.extend(_timer_floor(repeats, warmup))
     return records

@@ -15,6 +15,7 @@ import subprocess
 
 from .. import kernels, results
 from .. import session as session_mod
+
 SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?\b")
 SHOWN_OPCODES = ("FFMA", "FMUL", "FADD", "HFMA2", "HMMA", "HGMMA", "UTMALDG", "UBLKCP", "LDGSTS", "IMAD", "IADD3", "LDG", "LDS", "LDC", "ULDC", "LDL",
                  "STG", "STS", "STL", "BAR", "BRA")

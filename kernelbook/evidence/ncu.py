@@ -12,11 +12,19 @@ from typing import Iterable
 
 from .. import session as session_mod
 from ..report import message_table, record_value, styled
-from .ncu_metrics import (COMPARED, SPECS, available_metrics, base_name, records_from_csv, resolve_metrics,
-                          top_stalls)
+from .ncu_metrics import COMPARED, SPECS, available_metrics, base_name, records_from_csv, resolve_metrics, top_stalls
 from .target import range_name
-from .tools import (NOT_RECORDED, ProfilerUnavailable, _run, _tail, classify_failure, ncu_path, ncu_version,
-                    profiling_enabled, target_command)
+from .tools import (
+    NOT_RECORDED,
+    ProfilerUnavailable,
+    _run,
+    _tail,
+    classify_failure,
+    ncu_path,
+    ncu_version,
+    profiling_enabled,
+    target_command,
+)
 
 NCU_TIMEOUT_S = 300
 
@@ -229,7 +237,6 @@ def comparison_frame(steps: dict, layers: Iterable[str], metrics: Iterable[str] 
     import pandas as pd
 
     rows = []
-    this = steps.get("this step")
     for layer in layers:
         for metric in metrics:
             values = {role: record_value(records, metric, layer) for role, (_, _, records) in steps.items()}

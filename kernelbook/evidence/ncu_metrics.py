@@ -23,7 +23,6 @@ from ..atomic import write_text_atomic
 from .tools import ProfilerUnavailable, ncu_path, ncu_version
 
 
-
 @dataclass(frozen=True)
 class MetricSpec:
     """One metric of ours and the ncu metric(s) it is read from.

@@ -13,9 +13,9 @@ from __future__ import annotations
 from .. import gpu
 from ..errors import ShapeError
 from ..steps import renamed
+from .convstep import ConvStep
 from .problem import LAYERS, MAX_BATCH, ConvShape, check_batch, layer_shape
 from .steps import STEPS
-from .convstep import ConvStep
 
 STUDY_NAME = "lenet"
 

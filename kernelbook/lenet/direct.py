@@ -6,11 +6,10 @@ Each class is one registry entry and one ``kernels/lenet/NN_*.cu`` file, in book
 from __future__ import annotations
 
 import dataclasses
-
 import math
 
-from ..errors import LaunchLimitError, ParameterError, ShapeError
 from .. import limits
+from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..steps import Launch, Upload
 from .convstep import GRID_YZ_MAX, ConvShape, ConvStep, ceil_div, int32
 

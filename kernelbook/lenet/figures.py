@@ -10,7 +10,6 @@ from ..plots import _provenance
 from ..report import throughput
 from .tables import reported
 
-
 #: Markers of the write-ups' reported series (this book's own are circles).
 SEED_MARKERS = ("x", "s", "^", "D", "v", "P", "*")
 

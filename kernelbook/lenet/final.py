@@ -5,9 +5,8 @@ from __future__ import annotations
 from .. import limits
 from ..errors import LaunchLimitError, ParameterError
 from ..steps import Launch, Upload, set_once
-from .gemm import STATIC_SMEM_MAX, _check_gemm_indices, _choice_param, _int_param
 from .convstep import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvStep, ceil_div, int32
-
+from .gemm import STATIC_SMEM_MAX, _check_gemm_indices, _choice_param, _int_param
 
 # ----------------------------------------------------------------------------- 14
 

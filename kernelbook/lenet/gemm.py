@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import math
 
-from ..limits import H100
 from ..errors import LaunchLimitError, ParameterError, ShapeError
+from ..limits import H100
 from ..steps import Launch, LibraryCall
 from .convstep import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvStep, ceil_div, int32
 

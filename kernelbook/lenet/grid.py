@@ -15,9 +15,6 @@ from .problem import LAYERS, layer_shape
 from .study import STUDY
 from .study import inputs as load_inputs
 
-
-
-
 #: The sweep of step 02 as declared data: every block shape, outputs per thread and images per block
 #: of the direct kernel that fits in 1024 threads (``direct.Sweep.grid``), timed at the largest
 #: batch. Its page runs it through the core (``kernelbook.sweep.run_sweep``).

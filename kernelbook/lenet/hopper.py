@@ -9,8 +9,7 @@ from typing import ClassVar
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..limits import H100, check_launch, check_launch_bounds
 from ..steps import Launch
-from .convstep import (INT32_MAX, ConvShape, ConvStep, ceil_div, generic_plan, int32,
-                       persistent_launches)
+from .convstep import INT32_MAX, ConvShape, ConvStep, ceil_div, generic_plan, int32, persistent_launches
 
 HOPPER_MAX_K = 7                # the 8-column window holds both output offsets only for K <= 7
 HOPPER_SMEM_MAX = 200 * 1024    # dynamic shared memory per block this plan accepts (opt-in limit 227 KiB)

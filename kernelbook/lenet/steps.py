@@ -2,13 +2,13 @@
 recorded part names are derived from (see ``kernelbook.steps``)."""
 
 from ..steps import Step, StepList
+from .convstep import Baseline
 from .direct import ConstantMemory, RestrictUnroll, Streams, Sweep, Tiled
 from .final import Specialised
-from .hopper import HopperFinal
-from .wgmma import WgmmaFinal
 from .gemm import CublasMatmul, Fp16, FusedUnrollMatmul, UnrollMatmul
+from .hopper import HopperFinal
 from .tensor import IndexReuse, PerLayer, RegisterTiling, TensorCores
-from .convstep import Baseline
+from .wgmma import WgmmaFinal
 
 STEPS = StepList("lenet", [
     Step(0, "baseline", "00_baseline", "Baseline: direct convolution from global memory", Baseline),

@@ -8,6 +8,7 @@ import pandas as pd
 
 from ..report import find_record, format_ms, message_table, styled, throughput
 
+
 def reported(step: str | None = None) -> pd.DataFrame:
     """What the seeds report (``data/reported/lenet.csv``), optionally for one step."""
     from ..study import reported_csv

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from .. import limits
 from ..errors import LaunchLimitError, ParameterError
-from .gemm import MAX_THREADS, _check_gemm_indices, _check_smem, _choice_param, _int_param
 from ..steps import Launch
 from .convstep import ConvShape, ConvStep, ceil_div
-
+from .gemm import MAX_THREADS, _check_gemm_indices, _check_smem, _choice_param, _int_param
 
 # ----------------------------------------------------------------------------- 10 .. 12
 

@@ -14,8 +14,7 @@ from typing import ClassVar
 from ..errors import LaunchLimitError, ParameterError, ShapeError
 from ..limits import H100, check_launch, check_launch_bounds
 from ..steps import Launch
-from .convstep import (INT32_MAX, ConvShape, ConvStep, ceil_div, generic_plan, int32,
-                       persistent_launches)
+from .convstep import INT32_MAX, ConvShape, ConvStep, ceil_div, generic_plan, int32, persistent_launches
 
 WGMMA_MAX_K = 7            # the 8-column window holds both column offsets only for K <= 7
 WGMMA_MAX_COLUMNS = 32     # (map, output row) pairs per position: N of the wide product <= 128

@@ -14,8 +14,6 @@ Metrics:
 
 from __future__ import annotations
 
-
-
 from .. import harness
 from ..checks import CheckResult
 from ..study import Column, Study
@@ -115,8 +113,8 @@ class MlpStudy(Study):
     def reported_best(self):
         import pandas as pd
 
-        from ..stepdata import load_recorded
         from ..report import find_record
+        from ..stepdata import load_recorded
 
         rows = []
         frame = self.reported_frame("best")
@@ -155,7 +153,6 @@ class MlpStudy(Study):
 
     def expectations(self, chapter) -> list[str]:
         from ..report import find_record, format_ms
-
         from ..summary import opening_lines
 
         lines = opening_lines(self, chapter)

@@ -8,9 +8,9 @@ import numpy as np
 
 from .. import kernels, limits, tma
 from ..errors import ParameterError, ShapeError
-from ..steps import Launch, set_once
+from ..steps import Launch
 from . import pack
-from .impls import DeclaredMlp, MlpImpl, _int_param, per_shape, sm_count
+from .impls import DeclaredMlp, MlpImpl, _int_param, per_shape
 from .reference import HALF_THRESHOLD
 
 

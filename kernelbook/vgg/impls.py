@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 
 from .. import limits
-from ..limits import ceil_div
 from ..errors import ParameterError, ShapeError
+from ..limits import ceil_div
 from ..steps import Launch, StepImpl
 from .problem import ConvPoolShape
 

@@ -5,8 +5,17 @@ from __future__ import annotations
 from ..steps import Step, StepList
 from .final import Final, Winograd
 from .hopper import Hopper3xTF32, HopperFP16, HopperSplit, HopperTF32
-from .impls import (TF32, Baseline, InputsShared, RegisterTiled, ThreeTF32, TwoPhaseWeights, WeightsOnTheFly,
-                    WeightsRegisters, WeightsShared)
+from .impls import (
+                    TF32,
+                    Baseline,
+                    InputsShared,
+                    RegisterTiled,
+                    ThreeTF32,
+                    TwoPhaseWeights,
+                    WeightsOnTheFly,
+                    WeightsRegisters,
+                    WeightsShared,
+)
 
 STEPS = StepList("vgg", [
     Step(0, "baseline", "00_baseline", "Baseline: four pre-pool outputs per thread, all from global memory", Baseline),

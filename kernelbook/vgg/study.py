@@ -10,12 +10,10 @@ Metrics: ``op_time_ms`` (one launch of the whole layer, inputs on the GPU, CUDA-
 
 from __future__ import annotations
 
-
-
 from .. import checks, harness
 from ..study import Column, Study
-from .problem import CASES
 from . import require_gpu
+from .problem import CASES
 from .steps import STEPS
 
 NAME = "vgg"
@@ -113,9 +111,8 @@ class VggStudy(Study):
     def expectations(self, chapter) -> list[str]:
         import pandas as pd
 
-        from ..stepdata import load_recorded
         from ..report import find_record, format_ms
-
+        from ..stepdata import load_recorded
         from ..summary import opening_lines
 
         lines = opening_lines(self, chapter)
