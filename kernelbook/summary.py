@@ -11,58 +11,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import results, stepdata
+from . import results
+from .bookrun import book_device, book_vendor, headline_size, load_recorded  # noqa: F401 (pages call them here)
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
-from .evidence.vendor import vendor
 from .plots import PALETTE, footer  # one palette for every figure
 from .report import ANY_SIZE, find_record, format_ms, styled
 from .verdict import device_limits, precision_of, spread, target_margin, verdict, verdict_frame, within_spread  # noqa: F401 (the page calls them here)
-
-
-def book_device(study) -> str | None:
-    """The device the book's recording of ``study`` was made on: that of the newest run holding
-    its last step. A reader's run on another GPU (an older one, which cannot run the Hopper steps)
-    stands beside it in the devices table, never mixed into its rows."""
-    runs = results.runs_with(study.part(study.steps.steps[-1].slug))
-    return runs[-1].device if runs else None
-
-
-def load_recorded(study, step: str, prefer_run: str | None = None):
-    """``stepdata.load_recorded``, from the book's device only (``book_device``): the newest run of
-    that device holding the step when the newest of all was made on another GPU."""
-    found = stepdata.load_recorded(study, step, prefer_run)
-    device = book_device(study)
-    if found is None or device is None or found.session.run.device == device:
-        return found
-    for run in reversed(results.runs_with(study.part(step))):
-        if run.device == device:
-            return stepdata.load_recorded(study, step, prefer_run=run.run_id)
-    return None
-
-
-def book_vendor(study):
-    """The library rows recorded on the book's device (``book_device``): the newest such run's."""
-    from .evidence.vendor import part
-
-    found = vendor(study, "replay")
-    device = book_device(study)
-    if not found.found or device is None or found.session.run.device == device:
-        return found
-    runs = [run for run in results.runs_with(part(study)) if run.device == device]
-    if not runs:
-        from .session import Recording
-
-        return Recording(part(study), None)
-    return vendor(study, "replay", prefer_run=runs[-1].run_id)
-
-
-def headline_size(study, case: str, chapters: dict) -> int | None:
-    """The size a case is judged at: its largest recorded size (LeNet: 10,000 images)."""
-    sizes = {r["size"] for ch in chapters.values() if ch is not None
-             for r in ch.records if r["metric"] == study.time_metric and r["layer"] == case}
-    return max(sizes) if sizes else None
-
 
 #: Short names of the timing methods, for the leaderboard's "Timed by" column (the caption spells
 #: each one out): two methods meet in one table, so each row says which it was.

@@ -1,8 +1,8 @@
 """The summary's verdict per study: per case and precision, the fastest step of the run that
 timed the library, the library beside it in that run, their ratio, the spread of the repeats and
 the share of the floor; and the devices' limits, the datasheet's peaks beside the measured
-ceilings. Read through ``kernelbook.summary`` (which this module's functions call back for the
-book's device and its recordings).
+ceilings. Read through ``kernelbook.summary``; the book's device and its recordings come from
+``kernelbook.bookrun``, below both.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import results
+from .bookrun import book_vendor, headline_size, load_recorded
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
 from .report import find_record, format_ms, styled
@@ -69,7 +70,6 @@ def verdict_frame(study) -> pd.DataFrame:
     spread, the fastest library row of its precision in that same run, their ratio, and the step's
     % of its floor. Where a faster step of that precision was recorded in another run, a row of
     its own shows it with no library ratio (two runs are two states of the device)."""
-    from .summary import book_vendor, headline_size, load_recorded
 
     chapters = {s: load_recorded(study, s) for s in study.steps.slugs()}
     found_vendor = book_vendor(study)
