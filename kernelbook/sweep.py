@@ -285,6 +285,7 @@ def figure(result: SweepResult):
     """One horizontal bar per configuration and case at the largest size (refused or failed
     configurations marked ✕); a sweep never recorded is a figure that says so."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from .plots import footer
 
@@ -319,6 +320,7 @@ def figure(result: SweepResult):
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel(f"{metric.replace('_ms', '').replace('_', ' ')} (ms, median)")
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))   # few ticks: the phone variant's panels are narrow
         ax.set_title(f"{case} (orange: the fastest correct)", fontsize=9)
     footer(fig, result.short_label, bool(result.session and result.session.measuring))
     fig.tight_layout(rect=(0, 0.03, 1, 1))
