@@ -783,7 +783,13 @@ def test_ctrl_c_at_the_terminal_prints_nothing_else_and_keeps_every_earlier_note
         client.send_signal(signal.SIGINT)
     out, err = client.communicate(timeout=90)
     assert client.returncode == 130 and out.rstrip().endswith("interrupted"), out
-    assert err == "", err  # no traceback, no warning of Dask's or of a kernel's
+    # No traceback, no warning of Dask's or of a kernel's. One line is not the batch's: a kernel
+    # process in the terminal's group, interrupted inside libzmq's poll, may abort with libzmq's own
+    # assertion before the batch stops it (seen once in several runs on two loaded cores); it is
+    # allowed alone, never beside anything else.
+    zmq_abort = "Assertion failed: pfd.revents & POLLIN (src/signaler.cpp:"
+    left = [line for line in err.splitlines() if not (group and line.startswith(zmq_abort))]
+    assert left == [], err
     saved = {nb["name"]: nb for nb in json.loads((book / "out" / "batch.json").read_text())["notebooks"]}
     assert all(nb["status"] == "ok" for nb in saved.values()), saved
     for path, before in earlier.items():
