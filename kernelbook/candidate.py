@@ -11,12 +11,12 @@ shows a candidate's source and ``kernelbook promote`` find its files where ``ker
 from __future__ import annotations
 
 import copy
-import hashlib
 import re
 from contextlib import contextmanager
 from pathlib import Path
 
 from . import paths
+from .batch_report import source_digest
 from .errors import ParameterError, StepError
 from .kernels import NAME_RE, define_options
 
@@ -28,9 +28,9 @@ _KERNEL = re.compile(r"__global__\s+void\s+([A-Za-z_]\w*)\s*\(")
 _STEP_FILE = re.compile(r"^\d{2}_")
 
 
-def sha256(path: Path) -> str:
-    """The sha256 of a file's bytes: what a candidate's run records of each file it compiles."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+#: The sha256 of a file's bytes, as the batch records a page's shown sources: what a candidate's
+#: run records of each file it compiles.
+sha256 = source_digest
 
 
 def candidate_impl(study, step: str, source: str, defines: dict | None = None):
