@@ -18,11 +18,10 @@ from pathlib import Path
 from . import paths
 from .batch_report import source_digest
 from .errors import ParameterError, StepError
-from .kernels import NAME_RE, define_options
+from .kernels import NAME_RE, define_options, local_headers
 
 #: Where a candidate's files are copied inside its run folder.
 FILES_DIR = "candidate"
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 _ATTRIBUTE = re.compile(r"__(?:launch_bounds|cluster_dims)__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")
 _KERNEL = re.compile(r"__global__\s+void\s+([A-Za-z_]\w*)\s*\(")
 _STEP_FILE = re.compile(r"^\d{2}_")
@@ -133,20 +132,9 @@ def resolve_source(study, source: str | Path) -> str:
 def compiled_files(relpath: str) -> list[str]:
     """The file and the local headers it includes (``#include "x.cuh"``, recursively), relative to
     ``kernels/``: what its build reads from this project."""
-    root = paths.kernels_dir()
-    seen: list[str] = []
-    todo = [relpath]
-    while todo:
-        rel = todo.pop(0)
-        if rel in seen:
-            continue
-        path = root / rel
-        if not path.is_file():
-            continue
-        seen.append(rel)
-        for name in _INCLUDE.findall(path.read_text(encoding="utf-8", errors="replace")):
-            todo.append((Path(rel).parent / name).as_posix())
-    return seen
+    if not (paths.kernels_dir() / relpath).is_file():
+        return []
+    return [relpath, *local_headers(relpath)]
 
 
 def kernel_names(relpath: str) -> set[str]:

@@ -30,6 +30,31 @@ def source_path(relpath: str) -> Path:
     return path
 
 
+_LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def local_headers(relpath: str, root: Path | None = None) -> list[str]:
+    """The project's headers a kernel file includes (``#include "x.cuh"``, recursively), relative
+    to ``root`` (default ``kernels/``), each once, a header after those it includes: what nvcc
+    reads of this project besides the file itself."""
+    root = paths.kernels_dir() if root is None else Path(root)
+    found: list[str] = []
+    visited = {relpath}
+
+    def walk(rel: str) -> None:
+        text = (root / rel).read_text(encoding="utf-8", errors="replace")
+        for name in _LOCAL_INCLUDE.findall(text):
+            child = (Path(rel).parent / name).as_posix()
+            if child in visited or not (root / child).is_file():
+                continue
+            visited.add(child)
+            walk(child)
+            found.append(child)
+
+    walk(relpath)
+    return found
+
+
 def define_options(defines: Mapping[str, object]) -> tuple[str, ...]:
     """``{"TILE_WIDTH": 16}`` -> ``("-DTILE_WIDTH=16",)``, in a stable order."""
     options = []

@@ -19,6 +19,7 @@ from . import paths
 from .batch_report import SOURCE_METADATA
 from .errors import DataError
 from .escape import html_text, md_code, md_text
+from .kernels import local_headers
 from .measure import TIMING_WORDS
 
 
@@ -437,24 +438,13 @@ def included_headers(relpath: str, digests: dict | None = None, folder: Path | N
     """The local headers (``#include "x.cuh"``) a kernel file includes, depth first, each once
     (headers that include each other are walked once); ``digests`` receives each header's sha256
     of its bytes, as ``executed.stale_sources`` hashes them."""
-    seen: list[tuple[str, str]] = []
-    visited = {relpath}
     root = paths.kernels_dir() if folder is None else Path(folder)
-
-    def walk(rel: str) -> None:
-        path = root / rel
-        for name in re.findall(r'^\s*#include\s+"([^"]+)"', path.read_text(errors="replace"), re.M):
-            child = str((Path(rel).parent / name).as_posix())
-            if child in visited or not (root / child).is_file():
-                continue
-            visited.add(child)
-            walk(child)
-            raw = (root / child).read_bytes()
-            seen.append((child, raw.decode("utf-8", errors="replace")))
-            if digests is not None:
-                digests[child] = hashlib.sha256(raw).hexdigest()
-
-    walk(relpath)
+    seen: list[tuple[str, str]] = []
+    for child in local_headers(relpath, root):
+        raw = (root / child).read_bytes()
+        seen.append((child, raw.decode("utf-8", errors="replace")))
+        if digests is not None:
+            digests[child] = hashlib.sha256(raw).hexdigest()
     return seen
 
 
