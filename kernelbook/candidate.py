@@ -1,7 +1,7 @@
 """A development candidate standing in for a step: the step's implementation with another source
 file and compile-time parameters (``kernelbook try``, see ``kernelbook.develop``): which file it
 is, which step it stands in for, and where its run keeps the files it compiled (``FILES_DIR``,
-each with its sha256).
+each compressed, ``kernels.keep_source``, with the sha256 of its bytes in the manifest).
 
 Here, below the loop, so that the profilers' separate process (``evidence.target --source``)
 builds the same stand-in as the process that checked and timed it, and so that a chapter that
@@ -11,6 +11,7 @@ shows a candidate's source and ``kernelbook promote`` find its files where ``ker
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 from . import paths
 from .batch_report import source_digest
 from .errors import ParameterError, StepError
-from .kernels import NAME_RE, define_options, local_headers
+from .kernels import NAME_RE, define_options, keep_source, kept_file, local_headers, read_kept
 
 #: Where a candidate's files are copied inside its run folder.
 FILES_DIR = "candidate"
@@ -30,6 +31,25 @@ _STEP_FILE = re.compile(r"^\d{2}_")
 #: The sha256 of a file's bytes, as the batch records a page's shown sources: what a candidate's
 #: run records of each file it compiles.
 sha256 = source_digest
+
+
+def keep_files(run_root: Path, files) -> None:
+    """Keep a copy of each of ``files`` (relative to ``kernels/``) in the run, compressed."""
+    for rel in files:
+        keep_source(paths.kernels_dir() / rel, Path(run_root) / FILES_DIR, rel)
+
+
+def kept_problems(run_root: Path, spec) -> list[str]:
+    """Each file a candidate's manifest (``spec``) names that its run does not keep as it ran:
+    missing, or whose bytes differ from the sha256 recorded when it ran (empty: all kept)."""
+    files = spec.get("files") if isinstance(spec, dict) else None
+    problems = []
+    for rel, digest in (files if isinstance(files, dict) else {}).items():
+        path = kept_file(rel, Path(run_root) / FILES_DIR)
+        if path is None or hashlib.sha256(read_kept(path)).hexdigest() != digest:
+            problems.append(f"The candidate's file {FILES_DIR}/{rel} in run {Path(run_root).name} is missing or "
+                            "differs from the sha256 recorded when it ran")
+    return problems
 
 
 def candidate_impl(study, step: str, source: str, defines: dict | None = None):

@@ -24,7 +24,7 @@ Records go to the development store (``paths.dev_results_dir()``, ``data/dev/``,
 the schema and under the part names of the book's runs, so ``kernelbook compare DEV_RUN BOOK_RUN``
 lines the candidate up with the step it stands in for. The run's manifest and every part name the
 candidate (``candidate``: study, step, source, defines, the sha256 of each file it compiles); every
-record carries its label; the files themselves are copied into the run (``candidate/``).
+record carries its label; the files themselves are kept in the run, compressed (``candidate/*.gz``).
 
 ``kernelbook promote RUN_ID`` copies a development run, validated, whole (built under a temporary
 name, then renamed) into ``data/results/``, so that a chapter can cite it by run id. A candidate's
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,11 +43,11 @@ from typing import Callable
 
 from . import paths, results
 from .candidate import (
-    FILES_DIR,
     candidate_impl,
     candidate_study,
     choose_step,
     compiled_files,
+    keep_files,
     resolve_source,
     sha256,
     standing_in,
@@ -169,13 +168,6 @@ def _stamp(run: results.Run, candidate: Candidate) -> None:
         run.write_part(name, part["study"], records, part.get("checks"), part.get("extra"), parameters)
 
 
-def _copy_files(run: results.Run, candidate: Candidate) -> None:
-    for rel in candidate.files:
-        target = run.root / FILES_DIR / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(paths.kernels_dir() / rel, target)
-
-
 # ------------------------------------------------------------------------------ try
 
 
@@ -252,7 +244,7 @@ def try_candidate(study, source, *, step: str | None = None, defines: dict | Non
                      timer)
         finally:  # whatever was recorded (an interrupted run too) names the candidate and keeps its files
             _stamp(run, candidate)
-            _copy_files(run, candidate)
+            keep_files(run.root, candidate.files)
     book = results.run_with(study.part(slug))   # (the book's store again: the newest book run of the step)
     say(f"recorded run {run.run_id} ({paths.relative(run.root)}); compare it with the book's newest run of {slug}: "
         f"kernelbook compare {book.run_id if book else 'BOOK_RUN'} {run.run_id} --study {study.name}")

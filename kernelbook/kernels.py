@@ -8,6 +8,7 @@ nobody edits a kernel file to try another tile size. Compiled modules are cached
 from __future__ import annotations
 
 import functools
+import gzip
 import re
 import shutil
 import subprocess
@@ -33,19 +34,49 @@ def source_path(relpath: str) -> Path:
 _LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
+#: How a run keeps a copy of a kernel source it compiled (``candidate/<study>/<file>.gz``): a
+#: compressed record of what ran, read back by ``kept_file`` and ``read_kept``, never compiled.
+KEPT_SUFFIX = ".gz"
+
+
+def keep_source(source: Path, folder: Path, relpath: str) -> Path:
+    """Keep a copy of ``source`` in ``folder`` as ``relpath`` + ``.gz`` (gzip, no timestamp: the
+    same bytes give the same file)."""
+    target = Path(folder) / (relpath + KEPT_SUFFIX)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(gzip.compress(Path(source).read_bytes(), mtime=0))
+    return target
+
+
+def kept_file(relpath: str, root: Path) -> Path | None:
+    """The file that holds ``relpath`` under ``root``: the file itself (``kernels/``, or a run kept
+    before copies were compressed), else its compressed copy; None when neither is there."""
+    for path in (Path(root) / relpath, Path(root) / (relpath + KEPT_SUFFIX)):
+        if path.is_file():
+            return path
+    return None
+
+
+def read_kept(path: Path) -> bytes:
+    """The source's bytes in ``path`` (a ``kept_file``), decompressed where it is a kept copy."""
+    raw = Path(path).read_bytes()
+    return gzip.decompress(raw) if Path(path).name.endswith(KEPT_SUFFIX) else raw
+
+
 def local_headers(relpath: str, root: Path | None = None) -> list[str]:
     """The project's headers a kernel file includes (``#include "x.cuh"``, recursively), relative
-    to ``root`` (default ``kernels/``), each once, a header after those it includes: what nvcc
-    reads of this project besides the file itself."""
+    to ``root`` (default ``kernels/``; a run's kept copies are read as ``kept_file`` finds them),
+    each once, a header after those it includes: what nvcc reads of this project besides the file
+    itself."""
     root = paths.kernels_dir() if root is None else Path(root)
     found: list[str] = []
     visited = {relpath}
 
     def walk(rel: str) -> None:
-        text = (root / rel).read_text(encoding="utf-8", errors="replace")
+        text = read_kept(kept_file(rel, root) or root / rel).decode("utf-8", errors="replace")
         for name in _LOCAL_INCLUDE.findall(text):
             child = (Path(rel).parent / name).as_posix()
-            if child in visited or not (root / child).is_file():
+            if child in visited or kept_file(child, root) is None:
                 continue
             visited.add(child)
             walk(child)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import paths, results
-from .candidate import FILES_DIR, sha256
+from .candidate import kept_problems
 from .errors import ResultsError
 
 
@@ -41,11 +41,8 @@ def promote(run_id: str, log: Callable[[str], None] = print) -> results.Run:
         if unnamed:
             raise ResultsError(f"Part {name} of run {run_id} holds {len(unnamed)} record(s) that do not name the "
                                f"candidate {spec.get('label')!r}.", "promote a run exactly as `kernelbook try` wrote it.")
-    for rel, digest in (spec.get("files") or {}).items():
-        copied = run.root / FILES_DIR / rel
-        if not copied.is_file() or sha256(copied) != digest:
-            raise ResultsError(f"The candidate's file {FILES_DIR}/{rel} in run {run_id} is missing or differs from the "
-                               "sha256 recorded when it ran.", "promote a run exactly as `kernelbook try` wrote it.")
+    for problem in kept_problems(run.root, spec):
+        raise ResultsError(f"{problem}.", "promote a run exactly as `kernelbook try` wrote it.")
     for problem in run.stray_files():
         raise ResultsError(f"{problem} is no part of run {run_id}.", "move it out of the run folder, then promote.")
     book_root.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from . import paths
 from .batch_report import SOURCE_METADATA
 from .errors import DataError
 from .escape import html_text, md_code, md_text
-from .kernels import local_headers
+from .kernels import kept_file, local_headers, read_kept
 from .measure import TIMING_WORDS
 
 
@@ -97,6 +97,11 @@ def banner(recording):
         text = (f"**{kind}** on **{md_text(run.device)}**, {md_text(session.date)}, commit {md_code(run.commit)}, "
                 f"run {md_code(run.run_id)}. "
                 "Every number on this page comes from this recording unless its caption names another run.")
+        from .session import pinned
+
+        shown_run, note = pinned()
+        if note and shown_run == run.run_id:
+            text += f" {md_text(note)}"
     warning = recording.warning() if hasattr(recording, "warning") else ""
     return Markdown(f"> {text}" + (f"\n\n{warning}" if warning else ""))
 
@@ -412,18 +417,27 @@ def show_source(relpath: str, start: str | None = None, folder: Path | None = No
     ``folder``: where ``relpath`` and its headers lie instead (a candidate's files kept in its run)."""
 
     root = paths.kernels_dir() if folder is None else Path(folder)
-    path = root / relpath
-    if not path.is_file():
-        raise DataError(f"Kernel source {path} does not exist.", "check the step list's file stem.")
-    raw = path.read_bytes()
-    text = raw.decode("utf-8", errors="replace")
+    path = kept_file(relpath, root)
+    if path is None:
+        raise DataError(f"Kernel source {root / relpath} does not exist.", "check the step list's file stem.")
+    text = read_kept(path).decode("utf-8", errors="replace")
     if start:
         index = text.find(start)
         text = text[index:] if index >= 0 else text
     digests: dict[str, str] = {}
     headers = included_headers(relpath, digests, root)
     shown = "kernels/" if folder is None else _from_repo(root)
-    return SourceBlock(relpath, text, hashlib.sha256(raw).hexdigest(), headers, digests, shown)
+    return SourceBlock(_stored(path, root), text, _sha256(path), headers, digests, shown)
+
+
+def _stored(path: Path, root: Path) -> str:
+    """The name of the file as it lies under ``root`` (a kept copy with its ``.gz``): what the page
+    labels and what ``executed.stale_sources`` hashes again."""
+    return path.relative_to(root).as_posix()
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _from_repo(folder: Path) -> str:
@@ -441,10 +455,10 @@ def included_headers(relpath: str, digests: dict | None = None, folder: Path | N
     root = paths.kernels_dir() if folder is None else Path(folder)
     seen: list[tuple[str, str]] = []
     for child in local_headers(relpath, root):
-        raw = (root / child).read_bytes()
-        seen.append((child, raw.decode("utf-8", errors="replace")))
+        path = kept_file(child, root)
+        seen.append((_stored(path, root), read_kept(path).decode("utf-8", errors="replace")))
         if digests is not None:
-            digests[child] = hashlib.sha256(raw).hexdigest()
+            digests[_stored(path, root)] = _sha256(path)
     return seen
 
 

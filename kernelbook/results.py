@@ -37,6 +37,7 @@ from typing import Any, Iterable, Iterator
 
 from . import paths
 from .atomic import is_temporary, write_json_atomic  # noqa: F401  (write_json_atomic is re-exported)
+from .candidate import kept_problems
 from .errors import ResultsError
 from .measure import Measured
 from .store_schema import (  # noqa: F401  (the validator, re-exported: results.validate_part, ...)
@@ -412,6 +413,7 @@ def check_store(root: Path | None = None) -> list[str]:
                 run.read_part(name)
             except ResultsError as exc:
                 problems.append(str(exc))
+        problems.extend(kept_problems(run.root, run.manifest.get("candidate")))
     return problems
 
 

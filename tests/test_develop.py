@@ -5,6 +5,7 @@ float64, the sweep, the compiler report with nvcc); only the GPU is pretended.""
 
 from __future__ import annotations
 
+import gzip
 import re
 import subprocess
 from dataclasses import dataclass
@@ -286,10 +287,14 @@ def test_a_candidate_goes_through_the_chapter_loop_into_the_development_store_on
     assert [r["value"] for r in part["records"] if r["metric"] == "looked_up_is_timed"] == [1.0, 1.0]
     assert type(STEPS.impl("rows")) is Rows                   # the step's own implementation is back
     assert {b["source"] for b in BUILT} == {"toy/rows_cheap.cu"}   # the candidate's file, never the step's
-    # the files it compiled are kept, with their sha256, beside the records
+    # the files it compiled are kept compressed, with their sha256, beside the records
     files = run.manifest["candidate"]["files"]
     assert set(files) == {"toy/rows_cheap.cu", "toy/rows.cuh"}
-    assert develop.sha256(run.root / "candidate" / "toy" / "rows.cuh") == files["toy/rows.cuh"]
+    kept = run.root / "candidate" / "toy" / "rows.cuh.gz"
+    assert gzip.decompress(kept.read_bytes()) == (folder / "rows.cuh").read_bytes()
+    assert develop.sha256(folder / "rows.cuh") == files["toy/rows.cuh"]
+    assert candidate.kept_problems(run.root, run.manifest["candidate"]) == []
+    assert not (run.root / "candidate" / "toy" / "rows.cuh").exists()   # a record, never a source beside the code
     # the compiler report built the candidate with nvcc (the real report, from ptxas)
     compiled = run.read_part("toy-rows-compiler")["records"]
     assert {r["source"] for r in compiled} == {"toy/rows_cheap.cu"} and any(r["metric"] == "registers" for r in compiled)
@@ -461,7 +466,7 @@ def test_an_interrupted_candidate_keeps_what_it_recorded_named_and_its_files(toy
     (run,) = results.list_runs(dev)
     assert run.part_names() == ["toy-rows-grid"]
     assert {r["candidate"] for r in run.read_part("toy-rows-grid")["records"]} == {"00_rows.cu --sweep COST=1"}
-    assert (run.root / "candidate" / "toy" / "00_rows.cu").is_file()
+    assert (run.root / "candidate" / "toy" / "00_rows.cu.gz").is_file()
 
 
 # ------------------------------------------------------------------------------ compare, promote
@@ -497,7 +502,7 @@ def test_promote_copies_a_validated_run_that_never_becomes_the_steps_newest_reco
     tried, _ = _try("kernels/toy/00_rows.cu", defines={"COST": 1})
     run_id = tried.run.run_id
     promoted = develop.promote(run_id, log=lambda line: None)
-    assert promoted.root == book / run_id and (book / run_id / "candidate" / "toy" / "00_rows.cu").is_file()
+    assert promoted.root == book / run_id and (book / run_id / "candidate" / "toy" / "00_rows.cu.gz").is_file()
     assert results.check_store(book) == []
     # the book's replay of the step still shows the book's run, however new the candidate is
     assert results.run_with("toy-rows").run_id == book_run
@@ -528,12 +533,12 @@ def test_a_page_replaying_a_promoted_candidate_shows_the_file_it_ran_kept_in_its
     (folder / "rows.cuh").write_text("// the header edited too\n")
     shown = run_chapter(STUDY, "rows", mode="replay", replay_run=tried.run.run_id).source()
     kept = book / tried.run.run_id / "candidate" / "toy"
-    assert shown.text == ran and shown.headers == [("toy/rows.cuh", HEADER)]
-    assert repr(shown).endswith(f"{tried.run.run_id}/candidate/toy/rows_cheap.cu")
+    assert shown.text == ran and shown.headers == [("toy/rows.cuh.gz", HEADER)]
+    assert repr(shown).endswith(f"{tried.run.run_id}/candidate/toy/rows_cheap.cu.gz")
     # the page's metadata names the kept files, which never change: the page is never stale for them
     meta = shown._metadata()["kernelbook_source"]
-    assert (paths.REPO_ROOT / meta["path"]) == kept / "rows_cheap.cu"
-    assert develop.sha256(kept / "rows_cheap.cu") == meta["sha256"]
+    assert (paths.REPO_ROOT / meta["path"]) == kept / "rows_cheap.cu.gz"
+    assert develop.sha256(kept / "rows_cheap.cu.gz") == meta["sha256"]
     nb = {"cells": [{"outputs": [{"metadata": {"text/markdown": shown._metadata()}}]}]}
     assert executed.stale_sources(type("NB", (), nb)(), paths.REPO_ROOT) == []
     # the step's own page still shows the step's own file
@@ -547,10 +552,16 @@ def test_promote_refuses_a_book_run_an_unknown_run_and_a_changed_candidate_file(
         develop.promote("20260101T0000Z-000000")
     assert "--dev" in found.value.fix
     tried, _ = _try("kernels/toy/00_rows.cu")
-    copied = dev / tried.run.run_id / "candidate" / "toy" / "00_rows.cu"
-    copied.write_text(copied.read_text() + "// edited afterwards\n")
+    copied = dev / tried.run.run_id / "candidate" / "toy" / "00_rows.cu.gz"
+    copied.write_bytes(gzip.compress(gzip.decompress(copied.read_bytes()) + b"// edited afterwards\n"))
+    assert results.check_store(dev) == [f"The candidate's file candidate/toy/00_rows.cu in run {tried.run.run_id} "
+                                        "is missing or differs from the sha256 recorded when it ran"]
     with pytest.raises(ResultsError, match="differs from the sha256"):
         develop.promote(tried.run.run_id)
+    # a run kept before its copies were compressed is read as it lies
+    copied.unlink()
+    copied.with_suffix("").write_text(STEP_SOURCE)
+    assert results.check_store(dev) == []
     assert not (book / tried.run.run_id).exists() and not any(p.name.startswith(".") for p in book.iterdir())
 
 
