@@ -1,0 +1,450 @@
+"""One study's steps on two devices: the book's run of the study on the H100 beside its run on the
+H200, each step's time on both, their ratio, and what bounds the step on the H100.
+
+The H200 is a Hopper of the same SMs and clocks as the H100 with about 1.4 times its memory
+bandwidth, so a step bound by its bytes should move by about the bandwidth ratio and a step bound
+by its arithmetic should not. Which bound a step is under is read from its H100 run: its
+arithmetic intensity (its FLOPs over the DRAM bytes Nsight Compute counted, else over the fewest
+bytes the problem must move, as ``evidence.roofline`` places it) against the ridge point of the
+unit it runs on (``evidence.floor.unit``: the unit's rate over the memory's bandwidth). The rates
+are the ceilings measured in each device's run, or the datasheet's peaks (``evidence.datasheet``)
+where that run measured none; every table and figure says which.
+
+The sentences of the page are computed from the table (``moved_lines``) and checked against it
+(``check_lines``): a sentence that names a step in the wrong band, or a ratio the table does not
+hold, raises. A study is handed in; this module imports none.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from . import results
+from .errors import ResultsError
+from .evidence.ceilings import ceilings_for
+from .evidence.datasheet import PEAK_TITLES, PEAK_UNITS, datasheet_for
+from .evidence.floor import step_math, unit
+from .evidence.ncu import load_ncu
+from .evidence.roofline import ROOFS, points_from
+from .report import find_record, format_ms, styled
+from .stepdata import load_recorded
+
+#: The two devices the page compares, as a substring of the device's name: the book's recorded
+#: device first (whose profile decides each step's bound), the other beside it.
+BASE, OTHER = "H100", "H200"
+BANDWIDTH = "copy_gbs"
+#: "About" a ratio: within this share of it. A step within ABOUT of the bandwidth ratio moved with
+#: the bandwidth; one within ABOUT of 1 did not move.
+ABOUT = 0.10
+#: The bands a step's speed-up falls in, in the order the sentences give them.
+BANDS = ("bandwidth", "less", "more", "still", "slower")
+BAND_WORDS = {
+    "bandwidth": "moved by about the bandwidth ratio",
+    "less": "moved, by less than the bandwidth ratio",
+    "more": "moved by more than the bandwidth ratio",
+    "still": "did not move (within 10 % of the H100's time)",
+    "slower": "took longer on the H200",
+}
+
+
+# ----------------------------------------------------------------------------- the runs
+
+
+def _stand_in_book_run(study, device: str | None):
+    """The run of ``device`` (a substring of its name; None: the device of the newest run holding
+    the study's last step) that holds the most of the study's steps, the newest of those."""
+    if device is None:
+        from .bookrun import book_device
+
+        name = book_device(study)
+        if name is None:
+            return None
+        match = lambda run: run.device == name  # noqa: E731
+    else:
+        match = lambda run: device.lower() in run.device.lower()  # noqa: E731
+    parts = [study.part(slug) for slug in study.steps.slugs()]
+    best, held_best = None, 0
+    for run in results.list_runs():   # oldest first: a tie goes to the newer run
+        if results.is_candidate(run) or not match(run):
+            continue
+        held = sum(run.has_part(p) for p in parts)
+        if held and held >= held_best:
+            best, held_best = run, held
+    return best
+
+
+def book_run(study, device: str | None):
+    """The book's run of ``study`` on ``device`` (``bookrun.book_run``; until that exists, the run
+    of that device holding the most of the study's steps)."""
+    from . import bookrun
+
+    chosen = getattr(bookrun, "book_run", None)
+    return chosen(study, device) if chosen is not None else _stand_in_book_run(study, device)
+
+
+@dataclass
+class DeviceRecording:
+    """What one device's run of a study holds: its steps (from that run only), their Nsight
+    Compute parts, and the device's rates with where each comes from."""
+
+    label: str                       # "H100", "H200"
+    run: results.Run | None
+    chapters: dict = field(default_factory=dict)      # slug -> StepRecording of this run
+    ncu: dict = field(default_factory=dict)           # slug -> Nsight Compute records of this run
+    rates: dict = field(default_factory=dict)         # metric -> value (GFLOP/s, GB/s)
+    sources: dict = field(default_factory=dict)       # metric -> "measured in run X" / "datasheet (H100 SXM)"
+
+    @property
+    def found(self) -> bool:
+        return self.run is not None and bool(self.chapters)
+
+    @property
+    def device(self) -> str:
+        return self.run.device if self.run is not None else self.label
+
+    def ridge(self, metric: str, cost: float = 1.0) -> float | None:
+        """FLOPs per byte where ``metric``'s rate (``cost`` products per product) meets the bandwidth."""
+        rate, bandwidth = self.rates.get(metric), self.rates.get(BANDWIDTH)
+        return rate / (cost * bandwidth) if rate and bandwidth else None
+
+
+def device_rates(measured: dict, device: str | None, run_id: str | None) -> tuple[dict, dict]:
+    """Each rate of ``PEAK_TITLES`` (the units and the bandwidth): the ceiling measured in the
+    device's run where it holds one, else the datasheet's peak; and where each value comes from."""
+    sheet = datasheet_for(device)
+    rates, sources = {}, {}
+    for metric in PEAK_TITLES:
+        if measured.get(metric):
+            rates[metric], sources[metric] = measured[metric], f"measured in run {run_id}"
+        elif sheet is not None and sheet.peaks.get(metric):
+            rates[metric], sources[metric] = sheet.peaks[metric], f"datasheet ({sheet.model})"
+    return rates, sources
+
+
+def recorded_on(study, label: str, run: results.Run | None = None) -> DeviceRecording:
+    """The book's run of ``study`` on the device named ``label`` (or ``run``), read from that run only."""
+    run = run if run is not None else book_run(study, label)
+    if run is None:
+        return DeviceRecording(label, None)
+    chapters, ncu = {}, {}
+    for slug in study.steps.slugs():
+        if not run.has_part(study.part(slug)):
+            continue
+        found = load_recorded(study, slug, prefer_run=run.run_id)
+        if found is not None and found.session.run.run_id == run.run_id:
+            chapters[slug] = found
+            profile = load_ncu(study, slug, prefer_run=run.run_id)
+            same = profile.session is not None and profile.session.run.run_id == run.run_id
+            ncu[slug] = profile.records if same else []
+    own = ceilings_for(run.run_id)
+    measured = own.values if own.recording.found and own.session.run.run_id == run.run_id else {}
+    rates, sources = device_rates(measured, run.device, run.run_id)
+    return DeviceRecording(label, run, chapters, ncu, rates, sources)
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+FRAME_COLUMNS = ["study", "number", "step", "case", "size", "base_ms", "other_ms", "speedup", "unit", "intensity",
+                 "bytes_source", "ridge", "bound"]
+
+
+def _sizes(recording: DeviceRecording, study, case: str) -> set:
+    return {r["size"] for ch in recording.chapters.values() if ch.correct for r in ch.records
+            if r["metric"] == study.time_metric and r["layer"] == case and r["value"] is not None}
+
+
+def headline_size(study, case: str, base: DeviceRecording, other: DeviceRecording) -> int | None:
+    """The size a case is compared at: the largest recorded by both devices' runs (by the H100's
+    alone while the H200 has none)."""
+    mine = _sizes(base, study, case)
+    both = mine & _sizes(other, study, case) if other.found else mine
+    return max(both) if both else None
+
+
+def bound_of(intensity: float | None, ridge: float | None) -> str:
+    """``bytes`` under the ridge point, ``arithmetic`` at or above it."""
+    if intensity is None or ridge is None or not math.isfinite(intensity):
+        return "not known"
+    return "bytes" if intensity < ridge else "arithmetic"
+
+
+def device_frame(study, base: DeviceRecording, other: DeviceRecording) -> pd.DataFrame:
+    """One row per step and case timed in the H100's run: its time on each device at the case's
+    headline size, the speed-up (H100 time / H200 time), and its bound on the H100."""
+    rows = []
+    for case in study.cases:
+        size = headline_size(study, case, base, other)
+        if size is None:
+            continue
+        points = points_from(study, base.chapters, base.ncu, size=size)
+        points = points[points["layer"] == case].set_index("step") if not points.empty else points
+        for slug, chapter in base.chapters.items():
+            mine = find_record(chapter.records, study.time_metric, case, size) if chapter.correct else None
+            if mine is None or mine["value"] is None:
+                continue
+            theirs = other.chapters.get(slug)
+            theirs = (find_record(theirs.records, study.time_metric, case, size)
+                      if theirs is not None and theirs.correct else None)
+            other_ms = theirs["value"] if theirs is not None else None
+            math_name = step_math(chapter, case)
+            metric, cost = unit(math_name)
+            ridge = base.ridge(metric, cost)
+            at = points.loc[slug] if not points.empty and slug in points.index else None
+            intensity = float(at["intensity"]) if at is not None else None
+            rows.append({"study": study.name, "number": chapter.step.number, "step": slug, "case": case,
+                         "size": size, "base_ms": mine["value"], "other_ms": other_ms,
+                         "speedup": mine["value"] / other_ms if other_ms else None, "unit": math_name,
+                         "intensity": intensity, "bytes_source": at["bytes_source"] if at is not None else None,
+                         "ridge": ridge, "bound": bound_of(intensity, ridge)})
+    frame = pd.DataFrame(rows, columns=FRAME_COLUMNS)
+    return frame.sort_values(["number", "case"], kind="stable").reset_index(drop=True) if not frame.empty else frame
+
+
+def bandwidth_ratio(base: DeviceRecording, other: DeviceRecording) -> tuple[float | None, str]:
+    """The H200's bandwidth over the H100's, and where the two come from."""
+    b, o = base.rates.get(BANDWIDTH), other.rates.get(BANDWIDTH)
+    if not b or not o:
+        return None, "not recorded"
+    return o / b, f"{other.label}: {other.sources[BANDWIDTH]}; {base.label}: {base.sources[BANDWIDTH]}"
+
+
+def band(speedup: float, ratio: float) -> str:
+    """Which of ``BANDS`` a speed-up falls in, against the bandwidth ratio ``ratio``."""
+    if abs(speedup / ratio - 1) <= ABOUT:
+        return "bandwidth"
+    if abs(speedup - 1) <= ABOUT:
+        return "still"
+    if speedup < 1:
+        return "slower"
+    return "less" if speedup < ratio else "more"
+
+
+# ----------------------------------------------------------------------------- sentences
+
+_ITEM = re.compile(r"(?P<number>\d{2}) (?P<step>[a-z0-9][a-z0-9-]*) (?P<case>\S+) \((?P<speedup>\d+\.\d{2})×, "
+                   r"(?P<bound>bytes|arithmetic|not known)\)")
+_HEAD = re.compile(r"^(?P<count>\d+) of the (?P<total>\d+) rows timed on both devices (?P<words>.+?): ")
+_BOUND_LINE = re.compile(r"^Of the (?P<total>\d+) rows bound by (?P<bound>bytes|arithmetic) on the H100, "
+                         r"(?P<count>\d+) moved by about the bandwidth ratio")
+
+
+def _item(row) -> str:
+    return f"{row['number']:02d} {row['step']} {row['case']} ({row['speedup']:.2f}×, {row['bound']})"
+
+
+def moved_lines(frame: pd.DataFrame, ratio: float | None, other_label: str = OTHER) -> list[str]:
+    """Sentences from the table: which rows moved by about the bandwidth ratio and which did not
+    (one sentence a band, naming every row of it with its speed-up and bound), then how many of
+    the bytes-bound and of the arithmetic-bound rows moved with the bandwidth."""
+    both = frame[frame["speedup"].notna()] if not frame.empty else frame
+    if both.empty or ratio is None:
+        return [f"No {other_label} recording of this study exists yet, so no step has a speed-up to judge."
+                if both.empty else "The bandwidth of the two devices is not recorded, so no row is judged."]
+    total = len(both)
+    bands = {name: [] for name in BANDS}
+    for _, row in both.iterrows():
+        bands[band(row["speedup"], ratio)].append(row)
+    lines = [f"The bandwidth ratio is {ratio:.2f}× (a row within {ABOUT:.0%} of it moved with the bandwidth)."]
+    for name in BANDS:
+        if bands[name]:
+            lines.append(f"{len(bands[name])} of the {total} rows timed on both devices {BAND_WORDS[name]}: "
+                         + ", ".join(_item(r) for r in bands[name]) + ".")
+    for bound in ("bytes", "arithmetic"):
+        mine = both[both["bound"] == bound]
+        if len(mine):
+            moved = sum(band(s, ratio) == "bandwidth" for s in mine["speedup"])
+            lines.append(f"Of the {len(mine)} rows bound by {bound} on the H100, {moved} moved by about the "
+                         "bandwidth ratio.")
+    return lines
+
+
+class ClaimMismatch(ResultsError):
+    """A computed sentence says what its table does not hold."""
+
+
+def check_lines(frame: pd.DataFrame, lines: list[str], ratio: float | None) -> None:
+    """Raise ``ClaimMismatch`` when a sentence of ``moved_lines`` contradicts ``frame``: a row named
+    in the wrong band, with a speed-up or bound the table does not give it, a count that is not the
+    number of rows it names, or a row of the table left out of every band."""
+    both = frame[frame["speedup"].notna()] if not frame.empty else frame
+    fix = "write the sentences from the table (crossdevice.moved_lines), never by hand."
+    named = []
+    for line in lines:
+        head = _HEAD.match(line)
+        if head is not None:
+            words = head["words"]
+            name = next((n for n, w in BAND_WORDS.items() if w == words), None)
+            items = list(_ITEM.finditer(line))
+            if name is None or ratio is None:
+                raise ClaimMismatch(f"A sentence names no band the page knows: {line!r}.", fix)
+            if int(head["count"]) != len(items) or int(head["total"]) != len(both):
+                raise ClaimMismatch(f"A sentence counts {head['count']} of {head['total']} rows but names "
+                                    f"{len(items)} of {len(both)}: {line!r}.", fix)
+            for item in items:
+                key = (int(item["number"]), item["step"], item["case"])
+                row = both[(both["number"] == key[0]) & (both["step"] == key[1]) & (both["case"] == key[2])]
+                if row.empty:
+                    raise ClaimMismatch(f"{item.group(0)} is not a row of the table timed on both devices.", fix)
+                row = row.iloc[0]
+                if f"{row['speedup']:.2f}" != item["speedup"] or row["bound"] != item["bound"]:
+                    raise ClaimMismatch(f"{item.group(0)}: the table gives {_item(row)}.", fix)
+                if band(row["speedup"], ratio) != name:
+                    raise ClaimMismatch(f"{item.group(0)} is said to have {words}, but its speed-up "
+                                        f"{row['speedup']:.2f}× against the bandwidth ratio {ratio:.2f}× "
+                                        f"puts it in another band ({BAND_WORDS[band(row['speedup'], ratio)]}).", fix)
+                named.append(key)
+            continue
+        counted = _BOUND_LINE.match(line)
+        if counted is not None:
+            mine = both[both["bound"] == counted["bound"]]
+            moved = sum(band(s, ratio) == "bandwidth" for s in mine["speedup"]) if ratio else 0
+            if (int(counted["total"]), int(counted["count"])) != (len(mine), moved):
+                raise ClaimMismatch(f"The table has {len(mine)} rows bound by {counted['bound']}, {moved} of them "
+                                    f"moving with the bandwidth: {line!r}.", fix)
+    keys = [(int(r["number"]), r["step"], r["case"]) for _, r in both.iterrows()]
+    if ratio is not None and sorted(named) != sorted(keys):
+        missing = sorted(set(keys) - set(named))
+        raise ClaimMismatch(f"The sentences name {len(named)} rows; the table has {len(keys)} timed on both "
+                            f"devices (left out or repeated: {missing or 'a row named twice'}).", fix)
+
+
+# ----------------------------------------------------------------------------- a study on two devices
+
+
+@dataclass
+class Comparison:
+    """A study's book runs on the two devices, their table and their sentences."""
+
+    study: object
+    base: DeviceRecording
+    other: DeviceRecording
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        if not hasattr(self, "_frame"):
+            self._frame = device_frame(self.study, self.base, self.other) if self.base.found else pd.DataFrame(
+                columns=FRAME_COLUMNS)
+        return self._frame
+
+    @property
+    def ratio(self) -> float | None:
+        return bandwidth_ratio(self.base, self.other)[0] if self.other.found else None
+
+    def lines(self) -> list[str]:
+        """The page's sentences for this study, each checked against the table and for a hole."""
+        from .chapter import whole_sentence
+
+        if not self.base.found:
+            return [f"No {self.base.label} recording of this study exists yet."]
+        if not self.other.found:
+            return [f"No {self.other.label} recording of this study exists yet: the table gives its "
+                    f"{self.base.label} run alone, and the speed-ups appear once a run on the {self.other.label} "
+                    "is recorded."]
+        lines = moved_lines(self.frame, self.ratio, self.other.label)
+        check_lines(self.frame, lines, self.ratio)
+        return [whole_sentence(line) for line in lines]
+
+    def sentences(self):
+        from IPython.display import Markdown
+
+        from .escape import md_safe
+
+        return Markdown("\n".join(f"- {md_safe(line)}" for line in self.lines()))
+
+    def table(self):
+        """The step table: time on each device, the speed-up, and the bound on the H100."""
+        study, frame = self.study, self.frame
+        if frame.empty:
+            return styled(pd.DataFrame({"": [self.lines()[0]]}), f"{study.title} on two devices", wrap=True)
+        out = pd.DataFrame({
+            "Step": [f"{n:02d} {s}" for n, s in zip(frame["number"], frame["step"])],
+            study.case_header: frame["case"], "Size": [f"{s:,}" for s in frame["size"]],
+            f"{self.base.label}": frame["base_ms"].map(format_ms)})
+        if self.other.found:
+            out[f"{self.other.label}"] = [format_ms(v) if v is not None and v == v else "not in its run"
+                                          for v in frame["other_ms"]]
+            out[f"{self.base.label} / {self.other.label}"] = [f"{v:.2f}×" if v is not None and v == v else "–"
+                                                              for v in frame["speedup"]]
+        out["Bound (H100)"] = frame["bound"]
+        out["FLOP/byte"] = [f"{v:.2f}" if v is not None and v == v else "–" for v in frame["intensity"]]
+        out["Ridge"] = [f"{v:.1f}" if v is not None and v == v else "–" for v in frame["ridge"]]
+        out["Unit"] = frame["unit"]
+        runs = f"{self.base.label}: run {self.base.run.run_id}" + (
+            f"; {self.other.label}: run {self.other.run.run_id}" if self.other.found else
+            f"; no {self.other.label} run recorded")
+        pair = (f"each step's median time on the two devices at each case's largest size timed on both; "
+                f"'{self.base.label} / {self.other.label}' is the {self.other.label}'s speed-up"
+                if self.other.found else
+                f"each step's median time on the {self.base.label} at each case's largest size (no "
+                f"{self.other.label} run is recorded yet, so no speed-up is drawn)")
+        caption = (f"{study.title}: {pair}. 'Bound (H100)': bytes when the step's arithmetic intensity on the "
+                   f"H100 (FLOPs over the DRAM bytes Nsight Compute counted, or over the fewest bytes where it "
+                   f"counted none) is under the ridge point of the unit it runs on (that unit's rate over the "
+                   f"bandwidth, FLOP/byte), arithmetic at or above it. [{runs}]")
+        return styled(out, caption)
+
+
+def compare(study) -> Comparison:
+    """The book's runs of ``study`` on the H100 and the H200."""
+    return Comparison(study, recorded_on(study, BASE), recorded_on(study, OTHER))
+
+
+# ----------------------------------------------------------------------------- the page's parts
+
+
+def banner(*comparisons: Comparison):
+    """The runs the page reads, one per study and device, and plainly which are not recorded yet."""
+    from IPython.display import Markdown
+
+    from .escape import md_code, md_text
+
+    lines = []
+    for c in comparisons:
+        for rec in (c.base, c.other):
+            if rec.found:
+                run = rec.run
+                lines.append(f"{md_text(c.study.title)}, {rec.label}: run {md_code(run.run_id)} ({md_text(run.device)}, "
+                             f"{md_text(run.created_utc[:10])}, commit {md_code(run.commit)})")
+            else:
+                lines.append(f"{md_text(c.study.title)}, {rec.label}: no recording of this study exists yet")
+    return Markdown("> **Replayed** (this page measures nothing): one run per study and device, each "
+                    "named below and in every caption:\n>\n" + "\n".join(f"> - {line}" for line in lines))
+
+
+def rates_frame(*recordings: DeviceRecording) -> pd.DataFrame:
+    """Each device's bandwidth and unit rates (with their source) and its ridge points."""
+    rows = []
+    for rec in recordings:
+        if rec.run is None:
+            continue
+        row = {"Device": f"{rec.label} (run {rec.run.run_id})"}
+        for metric, title in PEAK_TITLES.items():
+            value = rec.rates.get(metric)
+            row[title] = (f"{value:,.0f} {PEAK_UNITS[metric]} ({rec.sources[metric]})" if value else "not recorded")
+        for metric, name, _ in ROOFS:
+            ridge = rec.ridge(metric)
+            row[f"Ridge, {name}"] = f"{ridge:.1f} FLOP/byte" if ridge else "–"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def rates_table(*comparisons: Comparison):
+    """The rates and ridge points of the runs the page reads (one row per device and run)."""
+    seen, recordings = set(), []
+    for c in comparisons:
+        for rec in (c.base, c.other):
+            if rec.run is not None and rec.run.run_id not in seen:
+                seen.add(rec.run.run_id)
+                recordings.append(rec)
+    frame = rates_frame(*recordings)
+    if frame.empty:
+        return styled(pd.DataFrame({"": ["No run of either device is recorded yet."]}), "Rates and ridge points",
+                      wrap=True)
+    return styled(frame, "The rates each device's run gives its steps: the ceiling measured in that run where it "
+                         "holds one, else the datasheet's peak (each cell says which); a ridge point is the unit's "
+                         "rate over the bandwidth, in FLOPs per byte.", wrap=True)

@@ -1,0 +1,198 @@
+"""The devices page (book/devices.md, kernelbook/crossdevice.py) on a store made here: one H100 and
+one H200 run of the whole LeNet study, whose speed-ups and intensities are chosen so that every
+band of the page's sentences is known in advance."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelbook import crossdevice, crossdevice_figure, results
+from kernelbook.lenet import STUDY, layer_shape
+from kernelbook.measure import Measured
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
+H200 = {"name": "NVIDIA H200", "compute_capability": "9.0"}
+RATES = {"fp32_gflops": 60_000.0, "tf32_tensor_gflops": 400_000.0, "fp16_tensor_gflops": 800_000.0}
+SIZE = 10_000
+#: Steps whose Nsight Compute DRAM bytes put them under every ridge (one FLOP per byte); the others
+#: are at 2,000 FLOP per byte, above every ridge.
+BYTES_BOUND = {"baseline", "tiled", "cublas", "index-reuse"}
+#: The H200's speed-up per step: the bytes-bound ones move with the bandwidth (1.43x) but one,
+#: which moves by less; the others do not move, but one that takes longer.
+SPEEDUP = {slug: (1.43 if slug in BYTES_BOUND else 1.0) for slug in STUDY.steps.slugs()}
+SPEEDUP["index-reuse"] = 1.2
+SPEEDUP["sweep"] = 0.8
+
+
+def _run(root, device, copy_gbs, speedup=None, ceilings=True, steps=None):
+    """A run of ``device`` holding every LeNet step (or ``steps``), their Nsight Compute DRAM bytes
+    and, when ``ceilings``, the device's measured ceilings."""
+    run = results.create_run({"device": device, "commit": "abc123def456", "host": "test"}, root=root)
+    for i, slug in enumerate(steps or STUDY.steps.slugs()):
+        recs, ncu = [], []
+        for layer in STUDY.cases:
+            recs.append(results.record("lenet", slug, layer, None, "correct", 1.0))
+            for size in (100, SIZE):
+                base = 0.001 * size * (i + 1) * (2 if layer == "C3" else 1)
+                time = base / (speedup or {}).get(slug, 1.0)
+                shape = layer_shape(layer, size)
+                recs.append(results.record("lenet", slug, layer, size, "op_time_ms", Measured([time, time * 1.01]),
+                                           flops=shape.flops, min_bytes=shape.min_bytes))
+            profiled = layer_shape(layer, 1000)
+            per_byte = 1.0 if slug in BYTES_BOUND else 2000.0
+            ncu.append(results.record("lenet", slug, layer, 1000, "dram_bytes", profiled.flops / per_byte, unit="bytes"))
+        params = {"step": slug, "batch_sizes": [100, SIZE], "params": {}}
+        run.write_part(STUDY.part(slug), "lenet", recs, parameters=params)
+        run.write_part(STUDY.part(slug, "ncu"), "lenet", ncu)
+    if ceilings:
+        values = {**RATES, "copy_gbs": copy_gbs}
+        run.write_part("device-ceilings", "device",
+                       [results.record("device", "ceilings", None, None, metric, value, unit="x")
+                        for metric, value in values.items()])
+    return run
+
+
+@pytest.fixture
+def two_devices(results_root):
+    h100 = _run(results_root, H100, 3000.0)
+    h200 = _run(results_root, H200, 4290.0, SPEEDUP)
+    return h100, h200
+
+
+def _row(frame, slug, case="C1"):
+    return frame[(frame["step"] == slug) & (frame["case"] == case)].iloc[0]
+
+
+def test_each_row_holds_both_times_their_ratio_and_the_h100_bound(two_devices):
+    h100, h200 = two_devices
+    view = crossdevice.compare(STUDY)
+    assert (view.base.run.run_id, view.other.run.run_id) == (h100.run_id, h200.run_id)
+    frame = view.frame
+    assert len(frame) == 2 * len(STUDY.steps.slugs())        # every step, both layers
+    assert set(frame["size"]) == {SIZE}                      # the largest size both runs timed
+    row = _row(frame, "tiled", "C3")
+    base = 0.001 * SIZE * (STUDY.steps.slugs().index("tiled") + 1) * 2
+    assert row["base_ms"] == pytest.approx(base * 1.005)     # the median of the two samples
+    assert row["speedup"] == pytest.approx(1.43)
+    assert row["other_ms"] == pytest.approx(row["base_ms"] / 1.43)
+    for slug in STUDY.steps.slugs():
+        assert _row(frame, slug)["bound"] == ("bytes" if slug in BYTES_BOUND else "arithmetic"), slug
+    # The ridge is the rate of the step's own unit over the bandwidth: FP32 for the baseline,
+    # half a product per product for __half2 (fp16 step), three for 3xFP16 (wgmma-final).
+    assert _row(frame, "baseline")["ridge"] == pytest.approx(60_000 / 3000)
+    assert _row(frame, "fp16")["ridge"] == pytest.approx(60_000 / (0.5 * 3000))
+    assert _row(frame, "wgmma-final")["ridge"] == pytest.approx(800_000 / (3 * 3000))
+    assert view.ratio == pytest.approx(1.43)
+    assert view.base.sources["copy_gbs"] == f"measured in run {h100.run_id}"
+
+
+def test_the_sentences_name_each_row_in_its_band_and_agree_with_the_table(two_devices):
+    view = crossdevice.compare(STUDY)
+    lines = view.lines()
+    text = "\n".join(lines)
+    moved = next(line for line in lines if crossdevice.BAND_WORDS["bandwidth"] in line)
+    assert moved.startswith("6 of the 34 rows")                 # baseline, tiled, cublas x C1, C3
+    assert "00 baseline C1 (1.43×, bytes)" in moved and "index-reuse" not in moved
+    assert "11 index-reuse C3 (1.20×, bytes)" in next(line for line in lines if crossdevice.BAND_WORDS["less"] in line)
+    assert "02 sweep C1 (0.80×, arithmetic)" in next(line for line in lines if crossdevice.BAND_WORDS["slower"] in line)
+    assert "Of the 8 rows bound by bytes on the H100, 6 moved by about the bandwidth ratio." in text
+    assert "Of the 26 rows bound by arithmetic on the H100, 0 moved by about the bandwidth ratio." in text
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda line: line.replace("00 baseline C1 (1.43×", "00 baseline C1 (1.50×"), "the table gives"),
+    (lambda line: line.replace("(1.43×, bytes)", "(1.43×, arithmetic)", 1), "the table gives"),
+    (lambda line: line.replace("6 of the 34", "5 of the 34"), "counts"),
+])
+def test_a_sentence_that_contradicts_the_table_fails(two_devices, edit, why):
+    view = crossdevice.compare(STUDY)
+    lines = view.lines()
+    i = next(i for i, line in enumerate(lines) if crossdevice.BAND_WORDS["bandwidth"] in line)
+    lines[i] = edit(lines[i])
+    with pytest.raises(crossdevice.ClaimMismatch, match=why):
+        crossdevice.check_lines(view.frame, lines, view.ratio)
+
+
+def test_a_row_in_the_wrong_band_or_left_out_fails(two_devices):
+    view = crossdevice.compare(STUDY)
+    frame = view.frame.copy()
+    lines = view.lines()
+    # The table now says the baseline's C1 did not move: the sentence that puts it with the
+    # bandwidth contradicts it.
+    at = frame.index[(frame["step"] == "baseline") & (frame["case"] == "C1")][0]
+    frame.loc[at, "speedup"] = 1.0
+    with pytest.raises(crossdevice.ClaimMismatch):
+        crossdevice.check_lines(frame, lines, view.ratio)
+    dropped = [line for line in lines if crossdevice.BAND_WORDS["slower"] not in line]
+    with pytest.raises(crossdevice.ClaimMismatch, match="left out"):
+        crossdevice.check_lines(view.frame, dropped, view.ratio)
+    wrong = [line.replace("Of the 8 rows bound by bytes", "Of the 9 rows bound by bytes") for line in lines]
+    with pytest.raises(crossdevice.ClaimMismatch, match="rows bound by bytes"):
+        crossdevice.check_lines(view.frame, wrong, view.ratio)
+
+
+def test_without_an_h200_run_the_page_says_so_and_shows_the_h100(results_root):
+    h100 = _run(results_root, H100, 3000.0)
+    view = crossdevice.compare(STUDY)
+    assert view.base.run.run_id == h100.run_id and not view.other.found
+    assert view.lines() == [view.lines()[0]] and "No H200 recording" in view.lines()[0]
+    assert view.frame["other_ms"].isna().all() and view.ratio is None
+    html = view.table().to_html()
+    assert "H100 / H200" not in html and "no H200 run recorded" in html
+    assert crossdevice_figure.speedup_figure(view) is None
+    assert "No H200 recording exists yet" in crossdevice_figure.figure(view).data
+    assert "no recording of this study exists yet" in crossdevice.banner(view).data
+
+
+def test_with_no_run_at_all_the_page_says_so(results_root):
+    view = crossdevice.compare(STUDY)
+    assert view.frame.empty and view.lines() == ["No H100 recording of this study exists yet."]
+    assert "No H100 recording" in view.table().to_html()
+    assert crossdevice.rates_frame(view.base, view.other).empty
+
+
+def test_rates_fall_back_to_the_datasheet_and_say_so(results_root):
+    _run(results_root, H100, 3000.0)
+    _run(results_root, H200, 4290.0, SPEEDUP, ceilings=False)
+    view = crossdevice.compare(STUDY)
+    assert view.other.sources["copy_gbs"] == "datasheet (H200 SXM)"
+    assert view.ratio == pytest.approx(4800.0 / 3000.0)
+    table = crossdevice.rates_frame(view.base, view.other)
+    assert "datasheet (H200 SXM)" in table.iloc[1]["HBM bandwidth"]
+    assert "measured in run" in table.iloc[0]["HBM bandwidth"]
+
+
+def test_an_h200_run_missing_a_step_says_so_in_its_cell(results_root):
+    _run(results_root, H100, 3000.0)
+    steps = [s for s in STUDY.steps.slugs() if s != "tiled"]
+    h200 = _run(results_root, H200, 4290.0, SPEEDUP, steps=steps)   # not the book's run: a step is missing
+    base = crossdevice.recorded_on(STUDY, "H100")
+    other = crossdevice.recorded_on(STUDY, "H200", run=h200)
+    view = crossdevice.Comparison(STUDY, base, other)
+    assert other.run.run_id == h200.run_id and "tiled" not in other.chapters
+    assert _row(view.frame, "tiled").isna()["speedup"]
+    assert "not in its run" in view.table().to_html()
+    lines = crossdevice.moved_lines(view.frame, view.ratio)
+    crossdevice.check_lines(view.frame, lines, view.ratio)
+    assert "03 tiled" not in "\n".join(lines) and "of the 32 rows" in "\n".join(lines)
+
+
+def test_the_figure_draws_both_ridges_and_the_bandwidth_ratio(two_devices):
+    import matplotlib.pyplot as plt
+
+    from kernelbook.plots import figure_faults
+
+    view = crossdevice.compare(STUDY)
+    fig = crossdevice_figure.speedup_figure(view)
+    ax = fig.axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert ax.get_xscale() == "log"
+    # FP32, TF32 and FP16 units are among the steps: three ridges per device.
+    assert sum(label.startswith("H100 ridge") for label in labels) == 3
+    assert sum(label.startswith("H200 ridge") for label in labels) == 3
+    ridge = next(line for line in ax.get_lines() if line.get_label().startswith("H200 ridge, FP32"))
+    assert ridge.get_xdata()[0] == pytest.approx(60_000 / 4290)
+    ratio = next(line for line in ax.get_lines() if line.get_label().startswith("bandwidth ratio"))
+    assert ratio.get_ydata()[0] == pytest.approx(1.43)
+    assert figure_faults(fig) == []
+    plt.close(fig)
