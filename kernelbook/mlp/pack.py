@@ -76,20 +76,24 @@ def tf32_fragments(weights) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
 
 
-def f16_fragments(weights) -> np.ndarray:
-    """Step 14: B fragments of m16n8k16 as two __half2 per lane, then the biases as float32;
-    20,000 bytes returned as a uint8 array (kernels/mlp/14_tensor_core_fp16.cu)."""
+def _f16_b_fragments(weights):
+    """Each layer's B fragments of m16n8k16, one array (k step, n tile, lane, 4) a
+    layer: {b0 lo, b0 hi, b1 lo, b1 hi} of each lane (the weights padded to whole tiles)."""
     W1, _, W2, _, W3, _ = weights
     g, q = _lane_grid()
     W1p, W3p = _pad(W1, HIDDEN, 80), _pad(W3, 8, HIDDEN)
-    chunks = []
     for W, ksteps, ntiles in ((W1p, 5, 8), (W2, 4, 8), (W3p, 4, 1)):
         j = np.arange(ksteps)[:, None, None]
         nt = np.arange(ntiles)[None, :, None]
         n = 8 * nt + g[None, None, :]
         k = 16 * j + 2 * q[None, None, :]
-        b = np.stack([W[n, k], W[n, k + 1], W[n, k + 8], W[n, k + 9]], axis=-1)  # b0 lo, hi, b1 lo, hi
-        chunks.append(np.ascontiguousarray(b, dtype=np.float16).tobytes())
+        yield np.stack([W[n, k], W[n, k + 1], W[n, k + 8], W[n, k + 9]], axis=-1)
+
+
+def f16_fragments(weights) -> np.ndarray:
+    """Step 14: B fragments of m16n8k16 as two __half2 per lane, then the biases as float32;
+    20,000 bytes returned as a uint8 array (kernels/mlp/14_tensor_core_fp16.cu)."""
+    chunks = [np.ascontiguousarray(b, dtype=np.float16).tobytes() for b in _f16_b_fragments(weights)]
     chunks.append(_biases(weights).tobytes())
     return np.frombuffer(b"".join(chunks), dtype=np.uint8).copy()
 
@@ -99,16 +103,8 @@ def f16_split_fragments(weights, biases=None, lo_shift: float = 1.0) -> np.ndarr
     {b0_hi, b1_hi, b0_lo, b1_lo} with hi = half(w), lo = half((w - hi) * lo_shift); then the
     biases as float32 (``biases``: 136 floats instead of the weights' own). 39,456 bytes
     returned as uint8 (kernels/mlp/15_final.cu; step 17 stores lo times 2^11)."""
-    W1, _, W2, _, W3, _ = weights
-    g, q = _lane_grid()
-    W1p, W3p = _pad(W1, HIDDEN, 80), _pad(W3, 8, HIDDEN)
     chunks = []
-    for W, ksteps, ntiles in ((W1p, 5, 8), (W2, 4, 8), (W3p, 4, 1)):
-        j = np.arange(ksteps)[:, None, None]
-        nt = np.arange(ntiles)[None, :, None]
-        n = 8 * nt + g[None, None, :]
-        k = 16 * j + 2 * q[None, None, :]
-        b = np.stack([W[n, k], W[n, k + 1], W[n, k + 8], W[n, k + 9]], axis=-1).astype(np.float32)
+    for b in (b.astype(np.float32) for b in _f16_b_fragments(weights)):
         with np.errstate(over="ignore"):
             hi = b.astype(np.float16)
             lo = ((b - hi.astype(np.float32)) * np.float32(lo_shift)).astype(np.float16)
