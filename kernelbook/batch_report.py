@@ -33,6 +33,7 @@ class NotebookResult:
     notebook_sha256: str | None = None  # of the executed file the batch wrote: the strict build checks it
     inputs_sha256: str | None = None  # of everything it was executed from (``kernelbook.executed.inputs_digest``)
     kept: bool = False  # not executed by this batch: its inputs were unchanged since it last ran
+    phases: dict = field(default_factory=dict)  # seconds per phase (``kernelbook.phases``) of the last try
 
 
 @dataclass

@@ -219,13 +219,18 @@ def whole_sentence(line: str) -> str:
 def run_chapter(study: Study, step: str, params: dict | None = None, case_params: dict | None = None,
                 sizes=None, repeats: int | None = None, warmup: int | None = None, mode: str = "auto",
                 run_id: str | None = None, replay_run: str | None = None, check_shapes: int | None = None,
-                seed: int | None = None, **options) -> Chapter:
+                seed: int | None = None, device: str | None = None, **options) -> Chapter:
     """Measure (on a GPU) or replay (without one) one step's chapter; every value is checked first.
 
     ``sizes``, ``repeats``, ``warmup`` and ``check_shapes`` left as None are the study's (one
     place: ``Study.default_sizes``, ``Study.repeats``, ``Study.warmup``, ``Study.check_shapes``),
     so every step of a study is timed the same way. A replay warns only about the values the
-    reader gave (a value left to the study is whatever the recording was made with)."""
+    reader gave (a value left to the study is whatever the recording was made with). Replaying,
+    the page shows the book's recording of the study on ``device`` (part of a GPU's name, e.g.
+    "H200"; None: the book's default GPU) and reads every number from that one run."""
+    from .bookrun import replay_target
+
+    mode, replay_run = replay_target(study, mode, replay_run, device)
     entry = study.steps.get(step)
     impl = study.impl(step)
     merged = study.case_params(impl, params, case_params)

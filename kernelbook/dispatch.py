@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from . import results
+from . import phases, results
 from .atomic import write_json_atomic, write_text_atomic
 from .batch_report import BatchReport, NotebookResult, record_source, short_error, text_digest
 from .errors import KernelbookError
@@ -84,7 +84,8 @@ def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, liv
                        "error": f"the worker died: {cluster.describe_failure(error)}", "seconds": None}
         else:
             attempt = {"worker": result["worker"], "gpu": (result["gpu"] or {}).get("uuid"),
-                       "status": result["status"], "error": result["error"], "seconds": result["seconds"]}
+                       "status": result["status"], "error": result["error"], "seconds": result["seconds"],
+                       "phases": result.get("phases") or {}}
             if result["status"] == "ok":
                 attempt.update(_accept(result, entry, prepared[index], report, measuring))
         entry.attempts.append(attempt)
@@ -99,13 +100,15 @@ def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, liv
         if result is not None and attempt["status"] != "ok":
             attempt.update(_accept(result, entry, prepared[index], report, measuring, failed=True))
         entry.status, entry.error, entry.seconds = attempt["status"], attempt["error"], attempt["seconds"]
+        entry.phases = attempt.get("phases") or {}
         entry.worker, entry.gpu = attempt["worker"], attempt["gpu"]
         entry.finished_utc = results.utc_now()
         entry.run_id = report.run_id if measuring and report.recorded else None
         suffix = f", {where}" if parallel else ""
         seconds = f"{entry.seconds:.1f} s" if entry.seconds is not None else "no time"
         if entry.status == "ok":
-            progress.line(f"{head} ok ({seconds}{suffix})")
+            spent = phases.line(entry.phases) if measuring else ""
+            progress.line(f"{head} ok ({seconds}{suffix})" + (f": {spent}" if spent else ""))
         else:
             progress.line(f"{head} FAILED ({entry.error}{suffix})")
         done.add(position[index])
@@ -297,3 +300,11 @@ class _Progress:
                  + f", {len(report.notebooks) - ok} failed, "
                  f"{retried} retried, in {report.seconds:.1f} s on {report.engine}"
                  + (f" (notebooks per worker: {spread})" if len(per_worker) > 1 else ""))
+        summed: dict[str, float] = {}
+        for nb in report.notebooks:
+            if not nb.kept:
+                for name, seconds in (nb.phases or {}).items():
+                    summed[name] = summed.get(name, 0.0) + seconds
+        if report.measuring and summed:
+            self.log(f"notebook-seconds by phase: {phases.line(summed)} "
+                     f"(sum {sum(summed.values()):.1f} s over {report.workers} worker(s))")

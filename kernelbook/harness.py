@@ -32,6 +32,7 @@ import numpy as np
 from . import results
 from .checks import CheckResult, compare
 from .errors import KernelbookError
+from .phases import timed
 
 
 @dataclass
@@ -104,6 +105,7 @@ def check_step(study, impl, params: dict, n_random: int, seed: int | None) -> li
     return [check_one(study, impl, params, case) for case in study.check_cases(impl, params, n_random, rng)]
 
 
+@timed("check")
 def check_one(study, impl, params: dict, case: CheckCase) -> CheckResult:
     """One ``CheckCase``: validate, poison, launch once, judge (a refusal or a raising launch is a
     failed check that names the error)."""
@@ -166,6 +168,7 @@ def problems(study, sizes: list, cases: list | None = None) -> list[tuple[str, A
     return pairs if cases is None else [(case, size) for case, size in pairs if case in cases]
 
 
+@timed("time")
 def measure(study, impl, case_params: dict[str, dict], sizes: list, repeats: int, warmup: int,
             options: dict, timer=None, cases: list | None = None, size_records: bool = True) -> list[dict]:
     """Time a checked step on every problem (of ``cases`` only, when given): ``op_time_ms`` (the
@@ -234,6 +237,7 @@ def launch_once(study, slug: str, case: str, size, params: dict, seed: int = 0):
 # ---------------------------------------------------------------------------------------- vendor
 
 
+@timed("library")
 def vendor(study, sizes: list, repeats: int, warmup: int, seed: int = 0, timer=None) -> list[dict]:
     """The study's library calls (``vendor_runs``), each checked once then timed with one timer
     (``measure.time_torch``): ``op_time_ms`` (with the accuracy beside it) and one record per

@@ -19,6 +19,7 @@ from typing import Mapping
 
 from . import paths
 from .errors import CompileError, DataError, ParameterError
+from .phases import timed
 
 NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
@@ -101,6 +102,7 @@ def define_options(defines: Mapping[str, object]) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=256)
+@timed("compile")
 def _module(relpath: str, options: tuple[str, ...], arch: str | None = None):
     """Compile once per (file, options, arch) and process: launches look the module up, they never
     stat or hash a file. After editing a .cu file, restart the notebook's kernel.
@@ -215,6 +217,7 @@ def _target(arch: str) -> list[str]:
     return [f"-gencode=arch=compute_{arch[3:]},code={arch}"] if arch.endswith("a") else [f"-arch={arch}"]
 
 
+@timed("compile")
 def compile_cubin(relpath: str, defines: Mapping[str, object] | None = None, arch: str | None = "sm_90",
                   out: Path | None = None) -> tuple[Path, list[FunctionReport]]:
     """Compile with nvcc to a cubin (no GPU needed) and return it with the ptxas report (``arch``

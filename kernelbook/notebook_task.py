@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import phases
 from .devices import gpu_label, visible_gpu
 from .toc import BatchError
 
@@ -103,8 +104,9 @@ def execute(task: dict) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="kernelbook-nb-"))
     result: dict[str, Any] = {"key": task["key"], "worker": _worker_name(), "host": socket.gethostname(),
                               "gpu": gpu, "status": "failed", "error": None, "notebook": None,
-                              "staged": [], "notes": [], "seconds": 0.0}
-    env = {NOTES_ENV: str(tmp / "notes.jsonl"), STAGING_ENV: str(tmp / "staging")}
+                              "staged": [], "notes": [], "seconds": 0.0, "phases": {}}
+    env = {NOTES_ENV: str(tmp / "notes.jsonl"), STAGING_ENV: str(tmp / "staging"),
+           phases.PHASES_ENV: str(tmp / "phases.json")}
     if gpu:
         env["CUDA_VISIBLE_DEVICES"] = gpu["uuid"]  # dask-cuda leaves the other GPUs visible: not here
     saved = {name: os.environ.get(name) for name in env}
@@ -138,6 +140,7 @@ def execute(task: dict) -> dict:
             result["staged"] = _read_staged(tmp / "staging")
             notes = tmp / "notes.jsonl"
             result["notes"] = notes.read_text(encoding="utf-8").splitlines() if notes.is_file() else []
+            result["phases"] = phases.with_other(phases.read(tmp / "phases.json"), result["seconds"])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return result

@@ -248,11 +248,49 @@ def _staged_run(part: str, run_id: str | None = None) -> results.Run | None:
     return None
 
 
+#: The one run a replaying page reads every part from (``pin``): set when the page shows the book's
+#: recording of its study, so that no part is filled in from another run.
+_PINNED: dict = {}
+
+
+def pin(run_id: str | None, note: str = "") -> None:
+    """Read every replayed part of this process from run ``run_id`` and from no other (None: back
+    to the newest run holding each part); ``note`` is what the page's banner adds about it."""
+    _PINNED.clear()
+    if run_id is not None:
+        _PINNED.update(run=results.validate_run_id(run_id), note=note)
+
+
+def pinned() -> tuple[str | None, str]:
+    """The run ``pin`` set (None when none) and its banner note."""
+    return _PINNED.get("run"), _PINNED.get("note", "")
+
+
+class pinned_to:
+    """``with pinned_to(run_id): ...``: ``pin`` for a block, then back to what was pinned before."""
+
+    def __init__(self, run_id: str | None, note: str = ""):
+        self.run_id, self.note = run_id, note
+
+    def __enter__(self):
+        self.before = dict(_PINNED)
+        pin(self.run_id, self.note)
+        return self
+
+    def __exit__(self, *exc):
+        _PINNED.clear()
+        _PINNED.update(self.before)
+        return False
+
+
 def _replay_run(part: str, replay_run: str | None, prefer_run: str | None) -> results.Run | None:
     # What this page measured a moment ago (staged, not yet in the store) is the newest recording.
     staged = _staged_run(part, replay_run or prefer_run)
     if staged is not None:
         return staged
+    if not replay_run and _PINNED.get("run"):   # the book's recording: this run's part, or none
+        run = results.run_with(part, _PINNED["run"])
+        return run if run is not None and run.run_id == _PINNED["run"] else None
     if replay_run:
         run = results.load_run(replay_run)  # a malformed run is an error here, never "not recorded"
         if run.has_part(part):
@@ -328,13 +366,16 @@ def recorded(part: str, study: str, measure: Callable[..., Measurement], *, para
     run = _replay_run(part, replay_run, prefer_run)
     if run is None:
         damaged = results.damaged_copies(part)
+        if _PINNED.get("run") and not replay_run:   # only the shown run's copy matters here
+            damaged = [d for d in damaged if _PINNED["run"] in str(d)]
         if damaged:  # recorded, but no copy can be read: say so, never "not recorded yet"
             message = (f"Every recording of {part!r} is damaged ({len(damaged)} cop{'y' if len(damaged) == 1 else 'ies'}); "
                        f"the newest: {damaged[-1]}")
             fix = ("restore the file named above (`git checkout -- data/results`), or measure again on a CUDA GPU; "
                    "`kernelbook results --check` lists every problem.")
         else:
-            message = f"No recorded run holds {part!r} ({NOT_RECORDED})."
+            message = (f"Run {_PINNED['run']}, the recording this page shows, holds no {part!r}."
+                       if _PINNED.get("run") and not replay_run else f"No recorded run holds {part!r} ({NOT_RECORDED}).")
             fix = ("record one on a CUDA machine (`kernelbook run --mode measure`, or "
                    "scripts/device_run.sh on the device) and commit data/results/.")
         if required:

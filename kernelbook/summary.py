@@ -322,10 +322,14 @@ def targets(study):
                          "repeat behind the time)." + source_note)
 
 
-def banner(*studies):
-    """The page's provenance: this page measures nothing; the runs it reads, with device, date, commit."""
+def banner(*studies, device: str | None = None):
+    """The page's provenance: this page measures nothing; the runs it reads, with device, date,
+    commit. ``device`` (part of a GPU's name, e.g. "H200") shows the book's recordings on that GPU."""
     from IPython.display import Markdown
 
+    from .bookrun import choose
+
+    choose(device, studies)
     runs: dict = {}
     for study in studies:
         for slug in study.steps.slugs():

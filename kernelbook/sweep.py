@@ -209,12 +209,16 @@ def run_sweep(study, sweep: Sweep, *, mode: str = "auto", run_id: str | None = N
               seed: int | None = None, sizes=None, repeats: int | None = None, warmup: int | None = None,
               options: dict | None = None, required: bool = True,
               extra: Callable[[list[dict]], dict] | None = None, timer=None,
-              sizes_name: str | None = None) -> SweepResult:
+              sizes_name: str | None = None, device: str | None = None) -> SweepResult:
     """Measure (on a GPU) or replay the declared ``sweep`` of ``study``: one part,
     ``<study>-<step>-grid``, whose parameters say what was swept and how it was timed.
     ``extra(records)`` adds study evidence to a measured part (e.g. timelines);
     ``required=False`` returns an empty result (``found`` False) where nothing was recorded;
-    ``sizes_name``: the page's parameter that gave ``sizes`` (``sweep_batch_sizes``), as errors name it."""
+    ``sizes_name``: the page's parameter that gave ``sizes`` (``sweep_batch_sizes``), as errors name it;
+    ``device``: replay the book's recording made on that GPU (``bookrun.replay_target``)."""
+    from .bookrun import replay_target
+
+    mode, replay_run = replay_target(study, mode, replay_run, device)
     configs = sweep.configurations()
     given = sizes
     wanted = sizes if sizes is not None else sweep.sizes

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from .. import gpu, kernels, results
 from .. import session as session_mod
 from ..measure import check_repeats
+from ..phases import timed
 from .tools import NOT_RECORDED
 
 PART = results.part_name("device", "ceilings")
@@ -36,6 +37,7 @@ def _ceiling(metric: str, value: float, measured, **extra) -> dict:
                           time_ms_samples=list(measured.samples), **{**timing, **extra})
 
 
+@timed("ceilings")
 def measure_ceilings(repeats: int = 10, warmup: int = 2, copy_bytes: int = 2**30, matrix: int = 8192,
                      fma_iters: int = 65536) -> list[dict]:
     """The device's ceilings, measured now: copy bandwidth, FP32 FMA rate, FP16 and TF32 tensor rates.

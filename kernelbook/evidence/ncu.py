@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .. import session as session_mod
+from ..phases import timed
 from ..report import message_table, record_value, styled
 from .ncu_metrics import COMPARED, SPECS, available_metrics, base_name, records_from_csv, resolve_metrics, top_stalls
 from .target import range_name
@@ -73,6 +74,7 @@ def _ncu_once(ncu, study, step, case_params, size, cases, metrics, nvtx, timeout
     return cmd, out, both, rejected
 
 
+@timed("profile")
 def run_ncu(study, step: str, case_params: dict | None = None, size: int | None = None,
             cases: Iterable[str] | None = None, timeout: float = NCU_TIMEOUT_S) -> tuple[list[dict], dict]:
     """Profile ``step`` with Nsight Compute: every kernel it launches for each layer at ``size``.

@@ -103,18 +103,29 @@ def study_run(study, replay_run: str | None = None) -> str | None:
 
 
 def open_page(study, mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
-              vendor_sizes=None, repeats: int = 10) -> ProfilesPage:
-    """Measure the ceilings and the vendor library into one run (or replay them, from the same
-    study's run: ``study_run``)."""
+              vendor_sizes=None, repeats: int = 10, device: str | None = None) -> ProfilesPage:
+    """Measure the ceilings and the vendor library into one run (or replay them: from the book's
+    recording of the study on ``device`` when there is one, else from the same study's run:
+    ``study_run``)."""
+    from ..bookrun import replay_target
+
+    given = replay_run
+    mode, replay_run = replay_target(study, mode, replay_run, device)
+    if replay_run is not None and given is None:   # the book's run: read from it alone (pinned),
+        return _open(study, mode, run_id, None, vendor_sizes, repeats, prefer=replay_run)
+    return _open(study, mode, run_id, replay_run, vendor_sizes, repeats)
+
+
+def _open(study, mode, run_id, replay_run, vendor_sizes, repeats, prefer: str | None = None) -> ProfilesPage:
     found_ceilings = ceilings_mod.ceilings(mode=mode, run_id=run_id, replay_run=replay_run, repeats=repeats,
-                                           prefer_run=None if mode == "measure" else study_run(study, replay_run))
+                                           prefer_run=None if mode == "measure" else prefer or study_run(study, replay_run))
     if found_ceilings.recording.measuring:
         run_id = found_ceilings.session.run.run_id  # the vendor timings join the run of the ceilings
     found_vendor = vendor_mod.vendor(study, mode=mode, run_id=run_id, replay_run=replay_run, sizes=vendor_sizes,
                                      repeats=repeats,
                                      prefer_run=None if found_ceilings.recording.measuring else
                                      (found_ceilings.session.run.run_id if found_ceilings.recording.found else None))
-    prefer = found_ceilings.session.run.run_id if found_ceilings.recording.found else replay_run
+    prefer = found_ceilings.session.run.run_id if found_ceilings.recording.found else (prefer or replay_run)
     return ProfilesPage(study, found_ceilings, found_vendor, prefer)
 
 

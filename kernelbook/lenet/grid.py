@@ -28,7 +28,7 @@ GridResult = SweepResult
 def run_grid(step: str, configs: list[dict], metric: str = "op_time_ms", batch_sizes=(1000,),
              repeats: int = 5, warmup: int = 1, mode: str = "auto", run_id: str | None = None,
              replay_run: str | None = None, weights_path: str | None = None, seed: int | None = None,
-             timelines: bool = False) -> SweepResult:
+             timelines: bool = False, device: str | None = None) -> SweepResult:
     """Check and time every configuration of ``step`` on both layers (``metric`` is
     ``op_time_ms`` or ``layer_time_ms``) with the core's sweep; refused configurations are
     recorded as such. ``timelines`` adds instrumented runs of the best configuration."""
@@ -50,7 +50,8 @@ def run_grid(step: str, configs: list[dict], metric: str = "op_time_ms", batch_s
         return {"timelines": _timelines(impl, records, metric, STUDY.sizes(sizes), weights_path)}
 
     return run_sweep(STUDY, sweep, mode=mode, run_id=run_id, replay_run=replay_run, seed=seed, sizes=batch_sizes,
-                     repeats=repeats, warmup=warmup, options=options, extra=extra)
+                     repeats=repeats, warmup=warmup, options=options, extra=extra,
+                     device=device)
 
 
 def _timelines(impl, records, metric, sizes, weights_path) -> list[dict]:

@@ -55,16 +55,18 @@ def vendor_part() -> str:
 
 
 def run_batch_sweep(mode: str = "auto", run_id: str | None = None, replay_run: str | None = None,
-                    seed: int | None = None, prefer_run: str | None = None):
+                    seed: int | None = None, prefer_run: str | None = None, device: str | None = None):
     """Measure (GPU) or replay the batch sweep: ``({step: SweepResult}, cuDNN Recording)``.
     Each step is one part ``vgg-<step>-grid`` (core sweep: checked, then timed per batch size);
     cuDNN channels_last at the three precisions is part ``vgg-cudnn-batch``, timed in the same
     run. Nothing recorded: empty results, which the table and the figure show as such."""
     from .. import harness, session
+    from ..bookrun import replay_target
     from ..evidence.vendor import torch_cuda_status
     from ..sweep import run_sweep
 
     study = batch_study()
+    mode, replay_run = replay_target(study, mode, replay_run, device)
     steps, measured = {}, None
     for step, sweep in BATCH_SWEEPS.items():   # measured ones share one run
         steps[step] = run_sweep(study, sweep, mode=mode, run_id=measured or run_id, replay_run=replay_run, seed=seed,

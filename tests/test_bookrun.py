@@ -1,0 +1,95 @@
+"""The book's recording of a study on a GPU: one whole run per (study, device), read alone."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from kernelbook import bookrun, results, session
+from kernelbook.errors import ParameterError
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
+H200 = {"name": "NVIDIA H200", "compute_capability": "9.0"}
+SLUGS = ("baseline", "tiled", "final")
+
+
+class Steps:
+    def __init__(self, slugs):
+        self.steps = [SimpleNamespace(slug=s) for s in slugs]
+
+    def slugs(self):
+        return [s.slug for s in self.steps]
+
+
+TOY = SimpleNamespace(name="toy", title="toy study", steps=Steps(SLUGS), part=lambda slug, *more: "-".join(("toy", slug, *more)))
+
+
+def recorded(root, device, slugs, when, extra=()):
+    """A run on ``device`` created at ``when`` holding ``slugs`` (and the parts ``extra``)."""
+    run = results.create_run({"device": device, "commit": "abc123def456", "host": "test"}, root=root)
+    run.manifest["created_utc"] = when
+    (run.root / "manifest.json").write_text(__import__("json").dumps(run.manifest))
+    for slug in slugs:
+        run.write_part(TOY.part(slug), "toy", [results.record("toy", slug, "all", None, "correct", 1.0)])
+    for name in extra:
+        run.write_part(name, "toy", [results.record("toy", "final", "all", None, "correct", 1.0)])
+    return run
+
+
+@pytest.fixture
+def store(results_root, no_gpu):
+    yield results_root
+    session.pin(None)
+
+
+def test_the_book_run_is_the_newest_whole_run_of_the_device(store):
+    old = recorded(store, H100, SLUGS, "2026-11-20T00:00:00Z")
+    h200 = recorded(store, H200, SLUGS, "2026-11-21T00:00:00Z")
+    recorded(store, H100, ("final",), "2026-11-22T00:00:00Z")   # newer, but not the whole study
+    assert bookrun.book_run(TOY).run_id == old.run_id            # the default GPU: the H100
+    assert bookrun.book_run(TOY, "h200").run_id == h200.run_id   # part of the name, any case
+    assert bookrun.book_run(TOY, "A100") is None
+    assert bookrun.recorded_devices(TOY) == [H100["name"], H200["name"]]
+
+
+def test_a_page_replays_the_chosen_gpus_run_and_reads_nothing_from_another(store):
+    h100 = recorded(store, H100, SLUGS, "2026-11-20T00:00:00Z")
+    h200 = recorded(store, H200, SLUGS, "2026-11-21T00:00:00Z")
+    recorded(store, H100, ("final",), "2026-11-22T00:00:00Z", extra=("toy-final-ncu",))  # a profile elsewhere
+    mode, run_id = bookrun.replay_target(TOY, "auto", None, None)
+    assert (mode, run_id) == ("auto", h100.run_id) and session.pinned()[0] == h100.run_id
+    assert "H200" in session.pinned()[1]   # the banner names the other GPU's recording
+    profile = session.replayed("toy-final-ncu", "toy")
+    assert not profile.found and h100.run_id in profile.status   # never filled in from the newer run
+    assert session.replayed("toy-tiled", "toy").session.run.run_id == h100.run_id
+
+    mode, run_id = bookrun.replay_target(TOY, "auto", None, "H200")
+    assert (mode, run_id) == ("replay", h200.run_id)
+    assert session.replayed("toy-baseline", "toy").session.run.run_id == h200.run_id
+    with session.pinned_to(None):   # outside the pin, the newest run holding the part, as before
+        assert session.replayed("toy-final-ncu", "toy").found
+    assert session.pinned()[0] == h200.run_id
+
+
+def test_without_a_whole_recording_each_part_comes_from_its_newest_run(store):
+    recorded(store, H100, ("baseline",), "2026-11-20T00:00:00Z")
+    newest = recorded(store, H100, ("final",), "2026-11-21T00:00:00Z")
+    assert bookrun.replay_target(TOY, "replay", None, None) == ("replay", None)
+    assert session.pinned()[0] is None
+    assert session.replayed("toy-final", "toy").session.run.run_id == newest.run_id
+
+
+def test_a_gpu_without_a_recording_or_two_choices_are_refused_with_the_fix(store):
+    recorded(store, H100, SLUGS, "2026-11-20T00:00:00Z")
+    with pytest.raises(ParameterError, match="recorded on: NVIDIA H100") as err:
+        bookrun.replay_target(TOY, "auto", None, "A100")
+    assert "device=" in err.value.fix
+    with pytest.raises(ParameterError, match="mode='measure'"):
+        bookrun.replay_target(TOY, "measure", None, "H100")
+    with pytest.raises(ParameterError, match="both pick a recording"):
+        bookrun.replay_target(TOY, "auto", "20261120T0000Z-abcdef", "H100")
+    with pytest.raises(ParameterError, match="must name a GPU"):
+        bookrun.replay_target(TOY, "auto", None, "  ")
+    with pytest.raises(ParameterError, match="No study has a whole recording"):
+        bookrun.choose("A100", [TOY])
