@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..errors import LaunchLimitError, ParameterError, ShapeError
+from ..limits import check_launch, check_launch_bounds
 from ..steps import Launch, StepImpl
 from .problem import GRID_YZ_MAX, INT32_MAX, ConvShape, ceil_div, int32  # noqa: F401  (re-exported)
 
@@ -111,6 +112,32 @@ def generic_plan(shape: ConvShape, reason: str) -> dict:
     n = shape.B * shape.M * shape.H_out * shape.W_out
     return {"kernel": "conv_generic", "reason": reason, "threads": GENERIC_THREADS,
             "grid": min(ceil_div(n, GENERIC_THREADS), 65535 * 8), "smem_bytes": 0}
+
+
+#: The SM count a Hopper step's persistent grid is checked with when no GPU is asked (an H100's).
+H100_SMS = 132
+
+
+def check_persistent(step, shape: ConvShape, params: dict, kernel: str, min_regs: int, why: str = "") -> None:
+    """A Hopper step's declared launch (``step._declared``), checked without asking the device: the
+    plan's ``conv_generic`` fallback as planned; else ``kernel`` with at least ``min_regs`` registers
+    per thread (``why``: what needs them), launch bounds an SM can hold, and its grid as on an H100
+    with ``blocks_per_sm`` (or ``min_blocks`` for 'auto') blocks each, at most B anyway."""
+    plan = step.plan(shape, params)
+    if plan["kernel"] == "conv_generic":
+        (launch,) = step._declared(shape, params, 0)
+        check_launch(launch.grid, launch.block, 0, 0, what=f"{step.slug} (conv_generic)")
+        return
+    regs = 65536 // (plan["threads"] * plan["min_blocks"])
+    if regs < min_regs:
+        raise LaunchLimitError(f"threads={plan['threads']} x min_blocks={plan['min_blocks']} leaves {regs} "
+                               f"registers per thread{why}.", "lower min_blocks or threads.")
+    check_launch_bounds(plan["threads"], plan["min_blocks"], what=f"{step.slug} ({kernel})")
+    blocks = params["blocks_per_sm"] if params["blocks_per_sm"] != "auto" else plan["min_blocks"]
+    (launch,) = step._declared(shape, params, H100_SMS * blocks)
+    check_launch(launch.grid, launch.block, launch.dynamic_smem, launch.static_smem, what=f"{step.slug} ({kernel})")
+    if shape.B * shape.M * shape.H_out * shape.W_out > INT32_MAX:
+        raise ShapeError("the output exceeds 2^31 - 1 elements.", "split the batch.")
 
 
 def persistent_launches(plan: dict, kernel: str, images: int, blocks: int, static_smem: int) -> list[Launch]:

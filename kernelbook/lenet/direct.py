@@ -92,6 +92,13 @@ class ConstantMemory(ConstantMask):
         return [Launch(self.kernel_names[0], (tiles, shape.M, shape.B), (tile, tile, 1))]
 
 
+def _check_image_blocks(shape: ConvShape, imgs_per_block: int) -> None:
+    """The batch's blocks of ``imgs_per_block`` images go to grid z, which stops at GRID_YZ_MAX."""
+    if ceil_div(shape.B, imgs_per_block) > GRID_YZ_MAX:
+        raise LaunchLimitError(f"B={shape.B} needs more than {GRID_YZ_MAX} blocks in grid z.",
+                               "raise imgs_per_block or split the batch.")
+
+
 class Sweep(ConstantMask):
     """Step 02: block shape x outputs per thread x images per block, chosen per layer by measuring.
 
@@ -117,9 +124,7 @@ class Sweep(ConstantMask):
         if params["out_per_thread"] > 16:
             raise ParameterError(f"out_per_thread={params['out_per_thread']} keeps too many accumulators.",
                              "pass out_per_thread <= 16.")
-        if ceil_div(shape.B, params["imgs_per_block"]) > GRID_YZ_MAX:
-            raise LaunchLimitError(f"B={shape.B} needs more than {GRID_YZ_MAX} blocks in grid z.",
-                             "raise imgs_per_block or split the batch.")
+        _check_image_blocks(shape, params["imgs_per_block"])
 
     def conv_launches(self, shape, params):
         tw, th = params["tile_w"], params["tile_h"]
@@ -160,9 +165,7 @@ class TiledBase(ConstantMask):
                 f"The input patch needs {need} bytes of shared memory per block (K={shape.K}); "
                 f"the limit without opt-in is {STATIC_SHARED_LIMIT}.",
                 "use a smaller tile_width or imgs_per_block.")
-        if ceil_div(shape.B, params["imgs_per_block"]) > GRID_YZ_MAX:
-            raise LaunchLimitError(f"B={shape.B} needs more than {GRID_YZ_MAX} blocks in grid z.",
-                             "raise imgs_per_block or split the batch.")
+        _check_image_blocks(shape, params["imgs_per_block"])
 
     def grid_block(self, shape, params):
         tile, imgs = params["tile_width"], params["imgs_per_block"]

@@ -6,16 +6,23 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..errors import LaunchLimitError, ParameterError, ShapeError
-from ..limits import H100, check_launch, check_launch_bounds
+from ..errors import ParameterError
+from ..limits import H100
 from ..steps import Launch
-from .convstep import INT32_MAX, ConvShape, ConvStep, ceil_div, generic_plan, int32, persistent_launches
+from .convstep import (
+    ConvShape,
+    ConvStep,
+    ceil_div,
+    check_persistent,
+    generic_plan,
+    int32,
+    persistent_launches,
+)
 
 HOPPER_MAX_K = 7                # the 8-column window holds both output offsets only for K <= 7
 HOPPER_SMEM_MAX = 200 * 1024    # dynamic shared memory per block this plan accepts (opt-in limit 227 KiB)
 HOPPER_MAX_PREFETCH = 16        # float4 registers per thread for one image
 STATIC_SMEM_MAX = H100.static_smem_per_block  # beyond this the launch must raise the kernel's dynamic limit
-H100_SMS = 132                  # used for the grid when no GPU is present (validation, replay)
 _ATTRIBUTES: dict = {}          # device ordinal -> its attributes (read once: see HopperFinal._attributes)
 
 # 'auto' configurations, by layer kind, the fastest of the development sweeps (kernels/lenet/DESIGN.md,
@@ -183,22 +190,7 @@ class HopperFinal(ConvStep):
         if self.direct(shape, params):
             self.specialised().validate(shape, self.specialised().params())
             return
-        plan = self.plan(shape, params)
-        if plan["kernel"] == "conv_generic":
-            (launch,) = self._declared(shape, params, 0)
-            check_launch(launch.grid, launch.block, 0, 0, what=f"{self.slug} (conv_generic)")
-            return
-        regs_per_thread = 65536 // (plan["threads"] * plan["min_blocks"])
-        if regs_per_thread < 32:
-            raise LaunchLimitError(f"threads={plan['threads']} x min_blocks={plan['min_blocks']} leaves {regs_per_thread} "
-                             "registers per thread.", "lower min_blocks or threads.")
-        check_launch_bounds(plan["threads"], plan["min_blocks"], what=f"{self.slug} (conv_hopper)")
-        blocks = params["blocks_per_sm"] if params["blocks_per_sm"] != "auto" else plan["min_blocks"]
-        (launch,) = self._declared(shape, params, H100_SMS * blocks)
-        check_launch(launch.grid, launch.block, launch.dynamic_smem, launch.static_smem,
-                     what=f"{self.slug} (conv_hopper)")
-        if shape.B * shape.M * shape.H_out * shape.W_out > INT32_MAX or shape.B > INT32_MAX:
-            raise ShapeError("the output exceeds 2^31 - 1 elements.", "split the batch.")
+        check_persistent(self, shape, params, "conv_hopper", 32)
 
     # -- the declared launch (its persistent grid from the device, cached per shape, parameters
     #    and device)

@@ -26,6 +26,18 @@ def gemm_tiles(kernel: str, shape: ConvShape, bm: int, bn: int, threads: int) ->
     return [Launch(kernel, (ceil_div(n, bn), ceil_div(shape.M, bm)), (threads,))]
 
 
+def _check_column_share(bn: int, threads: int, bk: int, fix: str) -> None:
+    """The index-reuse loader gives each thread whole columns of the ``bn``-wide x tile, or shares
+    each column evenly between threads: one of ``bn`` and ``threads`` divides the other, and a
+    column's ``bk`` rows split evenly between the threads that share it."""
+    if bn % threads and threads % bn:
+        raise ParameterError(f"The x tile is {bn} columns wide for {threads} threads; one must divide the other.", fix)
+    groups = threads // bn if threads >= bn else 1
+    if bk % groups:
+        raise ParameterError(f"bk={bk} must be a multiple of the {groups} threads that share a column.",
+                             f"pass bk as a multiple of {groups}.")
+
+
 def _validate_wmma_common(shape: ConvShape, params: dict, frag_k: int, elem_bytes: int,
                           table: bool) -> None:
     # WMMA needs tensor cores: FP16 fragments from Volta (7.0), TF32 fragments from Ampere (8.0).
@@ -39,13 +51,8 @@ def _validate_wmma_common(shape: ConvShape, params: dict, frag_k: int, elem_byte
                          f"pass bk as a multiple of {frag_k} (e.g. {frag_k}).")
     bm, bn, threads = _wmma_tiles(params)
     if table:  # the index-reuse loader gives each thread whole columns, or shares columns evenly
-        if bn % threads and threads % bn:
-            raise ParameterError(f"The x tile is {bn} columns wide for {threads} threads; one must divide the other.",
-                             "pass frags_n so that frags_n * fragment width is a multiple or divisor of 32.")
-        groups = threads // bn if threads >= bn else 1
-        if bk % groups:
-            raise ParameterError(f"bk={bk} must be a multiple of the {groups} threads that share a column.",
-                             f"pass bk as a multiple of {groups}.")
+        _check_column_share(bn, threads, bk, "pass frags_n so that frags_n * fragment width is a multiple or "
+                            "divisor of 32.")
     pad = 16 // elem_bytes
     smem = (bm * (bk + pad) + bk * (bn + pad)) * elem_bytes + bm * (bn + 4) * 4 + (2 * bk * 4 if table else 0)
     _check_smem(smem, f"A {bm} x {bn} x {bk} tensor-core tile", "use fewer warps, frags_n or a smaller bk.")
@@ -195,13 +202,7 @@ def _validate_register_tiles(params: dict) -> tuple[int, int, int, int, int, int
     if not 32 <= threads <= MAX_THREADS:
         raise LaunchLimitError(f"(bm/tm) * (bn/tn) = {threads} threads per block; a block needs 32..{MAX_THREADS}.",
                          "change bm/tm or bn/tn.")
-    if bn % threads and threads % bn:
-        raise ParameterError(f"The x tile is {bn} columns wide for {threads} threads; one must divide the other.",
-                         "pick bn and the thread count (bm/tm)*(bn/tn) as multiples of one another.")
-    groups = threads // bn if threads >= bn else 1
-    if bk % groups:
-        raise ParameterError(f"bk={bk} must be a multiple of the {groups} threads that share a column.",
-                         f"pass bk as a multiple of {groups}.")
+    _check_column_share(bn, threads, bk, "pick bn and the thread count (bm/tm)*(bn/tn) as multiples of one another.")
     smem = 4 * (bk * (bm + 1) + bk * bn + 2 * bk)
     _check_smem(smem, f"A {bm} x {bn} x {bk} register-tiled block", "use smaller bm, bn or bk.")
     return bm, bn, bk, tm, tn, threads

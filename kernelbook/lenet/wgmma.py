@@ -11,15 +11,22 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..errors import LaunchLimitError, ParameterError, ShapeError
-from ..limits import H100, check_launch, check_launch_bounds
+from ..errors import ParameterError
+from ..limits import H100
 from ..steps import Launch
-from .convstep import INT32_MAX, ConvShape, ConvStep, ceil_div, generic_plan, int32, persistent_launches
+from .convstep import (
+    ConvShape,
+    ConvStep,
+    ceil_div,
+    check_persistent,
+    generic_plan,
+    int32,
+    persistent_launches,
+)
 
 WGMMA_MAX_K = 7            # the 8-column window holds both column offsets only for K <= 7
 WGMMA_MAX_COLUMNS = 32     # (map, output row) pairs per position: N of the wide product <= 128
 SMEM_MAX = 227 * 1024      # dynamic shared memory one block may opt in to
-H100_SMS = 132             # for the grid when no GPU is present (validation, replay)
 
 # 'auto' configurations by layer kind (wide: at least 8 maps, i.e. C3), from the device sweeps in
 # kernels/lenet/DESIGN.md (step 16): two blocks of two warpgroups per SM, commit groups of 3 k-steps
@@ -166,23 +173,7 @@ class WgmmaFinal(ConvStep):
     def check_launches(self, shape: ConvShape, params: dict, launches=None) -> None:
         """The declared launch, without asking the device: its grid as on an H100 (132 SMs) with
         ``blocks_per_sm`` (or ``min_blocks`` for 'auto') blocks each, which is at most B anyway."""
-        plan = self.plan(shape, params)
-        if plan["kernel"] == "conv_generic":
-            (launch,) = self._declared(shape, params, 0)
-            check_launch(launch.grid, launch.block, 0, 0, what=f"{self.slug} (conv_generic)")
-            return
-        regs = 65536 // (plan["threads"] * plan["min_blocks"])
-        if regs < 64:
-            raise LaunchLimitError(f"threads={plan['threads']} x min_blocks={plan['min_blocks']} leaves {regs} "
-                                   "registers per thread (the accumulators alone need up to 96).",
-                                   "lower min_blocks or threads.")
-        check_launch_bounds(plan["threads"], plan["min_blocks"], what=f"{self.slug} (conv_wgmma)")
-        blocks = params["blocks_per_sm"] if params["blocks_per_sm"] != "auto" else plan["min_blocks"]
-        (launch,) = self._declared(shape, params, H100_SMS * blocks)
-        check_launch(launch.grid, launch.block, launch.dynamic_smem, launch.static_smem,
-                     what=f"{self.slug} (conv_wgmma)")
-        if shape.B * shape.M * shape.H_out * shape.W_out > INT32_MAX:
-            raise ShapeError("the output exceeds 2^31 - 1 elements.", "split the batch.")
+        check_persistent(self, shape, params, "conv_wgmma", 64, " (the accumulators alone need up to 96)")
 
     # -- the declared launch (its persistent grid from the device, cached per shape, parameters
     #    and device)
