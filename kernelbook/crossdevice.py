@@ -26,7 +26,7 @@ import pandas as pd
 from . import results
 from .errors import ResultsError
 from .evidence.ceilings import ceilings_for
-from .evidence.datasheet import PEAK_TITLES, PEAK_UNITS, datasheet_for
+from .evidence.datasheet import PEAK_TITLES, datasheet_for
 from .evidence.floor import step_math, unit
 from .evidence.ncu import load_ncu
 from .evidence.roofline import ROOFS, points_from
@@ -44,9 +44,9 @@ ABOUT = 0.10
 BANDS = ("bandwidth", "less", "more", "still", "slower")
 BAND_WORDS = {
     "bandwidth": "moved by about the bandwidth ratio",
-    "less": "moved, by less than the bandwidth ratio",
+    "less": "moved by less than the bandwidth ratio",
     "more": "moved by more than the bandwidth ratio",
-    "still": "did not move (within 10 % of the H100's time)",
+    "still": f"did not move (within {ABOUT:.0%} of the H100's time)",
     "slower": "took longer on the H200",
 }
 
@@ -368,7 +368,7 @@ class Comparison:
         if self.other.found:
             out[f"{self.other.label}"] = [format_ms(v) if v is not None and v == v else "not in its run"
                                           for v in frame["other_ms"]]
-            out[f"{self.base.label} / {self.other.label}"] = [f"{v:.2f}×" if v is not None and v == v else "–"
+            out[f"Speed-up ({self.base.label} / {self.other.label})"] = [f"{v:.2f}×" if v is not None and v == v else "–"
                                                               for v in frame["speedup"]]
         out["Bound (H100)"] = frame["bound"]
         out["FLOP/byte"] = [f"{v:.2f}" if v is not None and v == v else "–" for v in frame["intensity"]]
@@ -378,7 +378,7 @@ class Comparison:
             f"; {self.other.label}: run {self.other.run.run_id}" if self.other.found else
             f"; no {self.other.label} run recorded")
         pair = (f"each step's median time on the two devices at each case's largest size timed on both; "
-                f"'{self.base.label} / {self.other.label}' is the {self.other.label}'s speed-up"
+                f"'Speed-up' is the {self.base.label}'s time over the {self.other.label}'s"
                 if self.other.found else
                 f"each step's median time on the {self.base.label} at each case's largest size (no "
                 f"{self.other.label} run is recorded yet, so no speed-up is drawn)")
@@ -416,35 +416,52 @@ def banner(*comparisons: Comparison):
                     "named below and in every caption:\n>\n" + "\n".join(f"> - {line}" for line in lines))
 
 
-def rates_frame(*recordings: DeviceRecording) -> pd.DataFrame:
-    """Each device's bandwidth and unit rates (with their source) and its ridge points."""
+def _where(rec: DeviceRecording) -> str:
+    """Where a run's rates come from, in a few words: measured in it, the datasheet, or which of each."""
+    names = {"fp32_gflops": "FP32", "tf32_tensor_gflops": "TF32", "fp16_tensor_gflops": "FP16", BANDWIDTH: "bandwidth"}
+    kinds = {m: ("measured in this run" if where.startswith("measured") else where) for m, where in rec.sources.items()}
+    if len(set(kinds.values())) == 1:
+        return next(iter(kinds.values()))
+    sheet = [names[m] for m, k in kinds.items() if k != "measured in this run"]
+    return f"measured in this run; {', '.join(sheet)} from the {next(k for k in kinds.values() if k.startswith('data'))}"
+
+
+def rates_frame(*recordings: DeviceRecording, studies: dict | None = None) -> pd.DataFrame:
+    """Each run's bandwidth and unit rates, where they come from, and its ridge points
+    (``studies``: run id -> the studies it is read for)."""
     rows = []
     for rec in recordings:
         if rec.run is None:
             continue
-        row = {"Device": f"{rec.label} (run {rec.run.run_id})"}
-        for metric, title in PEAK_TITLES.items():
-            value = rec.rates.get(metric)
-            row[title] = (f"{value:,.0f} {PEAK_UNITS[metric]} ({rec.sources[metric]})" if value else "not recorded")
+        row = {"Device": rec.label, "Run": rec.run.run_id}
+        if studies:
+            row["Read for"] = ", ".join(studies.get(rec.run.run_id, []))
+        row["Bandwidth"] = f"{rec.rates[BANDWIDTH]:,.0f} GB/s" if rec.rates.get(BANDWIDTH) else "not recorded"
         for metric, name, _ in ROOFS:
-            ridge = rec.ridge(metric)
-            row[f"Ridge, {name}"] = f"{ridge:.1f} FLOP/byte" if ridge else "–"
+            value = rec.rates.get(metric)
+            row[name] = f"{value:,.0f}" if value else "not recorded"
+        row["Ridges (FLOP/byte)"] = " / ".join(f"{r:.1f}" if (r := rec.ridge(m)) else "–" for m, _, _ in ROOFS)
+        row["From"] = _where(rec)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def rates_table(*comparisons: Comparison):
     """The rates and ridge points of the runs the page reads (one row per device and run)."""
-    seen, recordings = set(), []
+    studies: dict = {}
+    recordings = []
     for c in comparisons:
         for rec in (c.base, c.other):
-            if rec.run is not None and rec.run.run_id not in seen:
-                seen.add(rec.run.run_id)
-                recordings.append(rec)
-    frame = rates_frame(*recordings)
+            if rec.run is not None:
+                if rec.run.run_id not in studies:
+                    recordings.append(rec)
+                studies.setdefault(rec.run.run_id, []).append(c.study.name)
+    frame = rates_frame(*recordings, studies=studies)
     if frame.empty:
         return styled(pd.DataFrame({"": ["No run of either device is recorded yet."]}), "Rates and ridge points",
                       wrap=True)
-    return styled(frame, "The rates each device's run gives its steps: the ceiling measured in that run where it "
-                         "holds one, else the datasheet's peak (each cell says which); a ridge point is the unit's "
-                         "rate over the bandwidth, in FLOPs per byte.", wrap=True)
+    units = ", ".join(name for _, name, _ in ROOFS)
+    return styled(frame, f"The rates each run gives its steps: the bandwidth, and the {units} rates in GFLOP/s; "
+                         "each is the ceiling measured in that run where it holds one, else the datasheet's peak "
+                         "('From' says which). The ridges, in the same order, are each rate over the bandwidth, "
+                         "in FLOPs per byte.")

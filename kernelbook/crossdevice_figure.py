@@ -66,7 +66,9 @@ def speedup_figure(*comparisons: Comparison):
                bbox_to_anchor=(0.01, 0.35 / (5.2 + key)))
     runs = "; ".join(f"{c.study.name}: {c.base.run.run_id}, {c.other.run.run_id}" for c in shown)
     sources = "; ".join(f"{rec.label} {rec.sources.get(BANDWIDTH, 'not recorded')}" for rec in (first.base, first.other))
-    footer(fig, textwrap.fill(f"runs {runs}. Bandwidth: {sources}.", 150), measuring=True)
+    sources = (f"ridges and bandwidth ratio from runs {first.base.run.run_id} ({first.base.label}) and "
+               f"{first.other.run.run_id} ({first.other.label}); bandwidth: {sources}")
+    footer(fig, textwrap.fill(f"runs {runs}; {sources}.", 150), measuring=True)
     fig.tight_layout(rect=(0, key / (5.2 + key), 1, 1))
     fig._kernelbook_rect = (0, key / (5.2 + key), 1, 1)
     return fig

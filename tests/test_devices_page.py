@@ -158,8 +158,17 @@ def test_rates_fall_back_to_the_datasheet_and_say_so(results_root):
     assert view.other.sources["copy_gbs"] == "datasheet (H200 SXM)"
     assert view.ratio == pytest.approx(4800.0 / 3000.0)
     table = crossdevice.rates_frame(view.base, view.other)
-    assert "datasheet (H200 SXM)" in table.iloc[1]["HBM bandwidth"]
-    assert "measured in run" in table.iloc[0]["HBM bandwidth"]
+    assert table.iloc[1]["From"] == "datasheet (H200 SXM)"
+    assert table.iloc[0]["From"] == "measured in this run"
+    assert table.iloc[1]["Bandwidth"] == "4,800 GB/s"
+
+
+def test_a_run_missing_one_ceiling_takes_that_one_from_the_datasheet():
+    rates, sources = crossdevice.device_rates({**RATES}, H200["name"], "20261127T0700Z-abcdef")
+    assert rates["copy_gbs"] == 4800.0 and rates["fp32_gflops"] == RATES["fp32_gflops"]
+    rec = crossdevice.DeviceRecording("H200", None, rates=rates, sources=sources)
+    assert crossdevice._where(rec) == "measured in this run; bandwidth from the datasheet (H200 SXM)"
+    assert crossdevice.device_rates({}, "A GPU the book holds no datasheet for", None) == ({}, {})
 
 
 def test_an_h200_run_missing_a_step_says_so_in_its_cell(results_root):
