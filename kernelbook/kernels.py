@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -113,14 +115,7 @@ def _module(relpath: str, options: tuple[str, ...], arch: str | None = None):
 
     src = source_path(relpath)
     if arch is not None:
-        out = Path(tempfile.mkdtemp(prefix="kernelbook-")) / f"{src.stem}.cubin"
-        cmd = [nvcc_path(), *_target(arch), "-cubin", "-O3", "-std=c++17", f"-I{src.parent}", *options,
-               "-o", str(out), str(src)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise CompileError(f"nvcc could not compile kernels/{relpath} for {arch} with "
-                               f"{' '.join(options) or 'no options'}:\n{proc.stderr.strip()[-2000:]}",
-                               "fix the compile error shown above.")
+        out, _ = nvcc_build(relpath, options, arch)
         return cp.RawModule(path=str(out))
     # -I lets a step #include the previous step's file instead of repeating its kernel.
     module = cp.RawModule(code=src.read_text(), options=("--std=c++17", f"-I{src.parent}") + options)
@@ -222,15 +217,75 @@ def compile_cubin(relpath: str, defines: Mapping[str, object] | None = None, arc
                   out: Path | None = None) -> tuple[Path, list[FunctionReport]]:
     """Compile with nvcc to a cubin (no GPU needed) and return it with the ptxas report (``arch``
     None: sm_90, what a step without an architecture-specific target runs on here)."""
-    arch = arch or "sm_90"
+    built, log = nvcc_build(relpath, define_options(defines or {}), arch or "sm_90")
+    if out is None:
+        return built, parse_ptxas(log)
+    shutil.copyfile(built, out)
+    return Path(out), parse_ptxas(log)
+
+
+#: A folder for nvcc's builds, shared by the processes of one machine (``off``: build every time).
+CACHE_ENV = "KERNELBOOK_NVCC_CACHE"
+
+
+def _cache_dir() -> Path | None:
+    value = os.environ.get(CACHE_ENV, "")
+    if value == "off":
+        return None
+    return Path(value) if value else Path(tempfile.gettempdir()) / f"kernelbook-nvcc-{os.getuid()}"
+
+
+@functools.lru_cache(maxsize=1)
+def _nvcc_version() -> str:
+    return subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True, timeout=60).stdout
+
+
+def build_key(relpath: str, options: tuple[str, ...], arch: str) -> str:
+    """What decides an nvcc build: the compiler's version, the target, the options, and the text of
+    the file and of every project header it includes."""
+    digest = hashlib.sha256()
+    for piece in (_nvcc_version(), arch, "\0".join(options), relpath):
+        digest.update(piece.encode() + b"\0")
+    root = paths.kernels_dir()
+    for name in [relpath, *local_headers(relpath)]:
+        digest.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def nvcc_build(relpath: str, options: tuple[str, ...], arch: str) -> tuple[Path, str]:
+    """``kernels/<relpath>`` built by nvcc into a cubin for ``arch`` with ``options``, and ptxas's
+    report: one build for the timed module and the compiler's report (the same cubin), kept in a
+    cache folder (``CACHE_ENV``) under its ``build_key``, so that another page, the sanitizer or a
+    test of this machine loads it instead of building it again."""
     src = source_path(relpath)
-    out = Path(out) if out else Path(tempfile.mkdtemp(prefix="kernelbook-")) / (src.stem + ".cubin")
-    cmd = [nvcc_path(), *_target(arch), "-cubin", "-std=c++17", "-Xptxas", "-v",
-           *define_options(defines or {}), "-o", str(out), str(src)]
+    cache = _cache_dir()
+    key = build_key(relpath, options, arch)
+    if cache is not None:
+        cubin, log = cache / key[:2] / f"{key}.cubin", cache / key[:2] / f"{key}.log"
+        if cubin.is_file() and log.is_file():
+            return cubin, log.read_text(encoding="utf-8")
+    folder = Path(tempfile.mkdtemp(prefix="kernelbook-"))
+    out = folder / f"{src.stem}.cubin"
+    cmd = [nvcc_path(), *_target(arch), "-cubin", "-O3", "-std=c++17", "-Xptxas", "-v", f"-I{src.parent}",
+           *options, "-o", str(out), str(src)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
-        raise CompileError(f"nvcc failed on {src}:\n{proc.stderr.strip()}", "fix the compile error shown above.")
-    return out, parse_ptxas(proc.stderr + proc.stdout)
+        raise CompileError(f"nvcc could not compile kernels/{relpath} for {arch} with "
+                           f"{' '.join(options) or 'no options'}:\n{proc.stderr.strip()[-2000:]}",
+                           "fix the compile error shown above.")
+    text = proc.stderr + proc.stdout
+    if cache is None:
+        return out, text
+    try:   # the log first, then the cubin: a cubin in the cache always has its log
+        cubin.parent.mkdir(parents=True, exist_ok=True)
+        for target, write in ((log, lambda p: p.write_text(text, encoding="utf-8")),
+                              (cubin, lambda p: shutil.copyfile(out, p))):
+            temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+            write(temporary)
+            os.replace(temporary, target)
+    except OSError:   # a cache that cannot be written is only slower
+        return out, text
+    return cubin, text
 
 
 # ----------------------------------------------------------------------------- constant banks

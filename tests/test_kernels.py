@@ -129,3 +129,34 @@ def test_a_launch_opts_in_when_static_and_dynamic_shared_memory_pass_48_kb():
     k2 = Kernel()
     opt_in(k2, Launch("k", (1, 1, 1), (32, 1, 1), dynamic_smem=20_000, static_smem=20_000))
     assert k2.max_dynamic_shared_size_bytes == 0          # 40,000: within it, nothing asked
+
+
+def test_an_nvcc_build_is_kept_by_its_key_and_a_header_edit_builds_again(tmp_path, monkeypatch):
+    """The timed module and the compiler's report share one build, kept on disk by what decides it."""
+    import subprocess
+
+    import kernelbook.paths as paths_mod
+
+    root = tmp_path / "kernels"
+    (root / "toy").mkdir(parents=True)
+    (root / "toy" / "k.cuh").write_text("#define SCALE 2.0f\n")
+    (root / "toy" / "k.cu").write_text('#include "k.cuh"\n'
+                                       'extern "C" __global__ void k(float* y) { y[threadIdx.x] *= SCALE; }\n')
+    monkeypatch.setattr(paths_mod, "kernels_dir", lambda: root)
+    monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path / "cache"))
+    first, report = kernels.compile_cubin("toy/k.cu", {"N": 1})
+    assert report and report[0].name == "k" and first.parent.parent == tmp_path / "cache"
+    real_run = subprocess.run
+
+    def no_nvcc(cmd, *args, **kwargs):
+        assert "--version" in cmd, "built again although nothing changed"
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(kernels.subprocess, "run", no_nvcc)
+    again, _ = kernels.compile_cubin("toy/k.cu", {"N": 1}, out=tmp_path / "copy.cubin")
+    assert again.read_bytes() == first.read_bytes()
+    monkeypatch.setattr(kernels.subprocess, "run", real_run)
+    key = kernels.build_key("toy/k.cu", ("-DN=1",), "sm_90")
+    (root / "toy" / "k.cuh").write_text("#define SCALE 3.0f\n")
+    assert kernels.build_key("toy/k.cu", ("-DN=1",), "sm_90") != key
+    assert kernels.build_key("toy/k.cu", ("-DN=2",), "sm_90") != kernels.build_key("toy/k.cu", ("-DN=1",), "sm_90")
