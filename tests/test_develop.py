@@ -8,10 +8,10 @@ from __future__ import annotations
 import gzip
 import re
 import subprocess
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from toyproblem import Vec
 
 from kernelbook import candidate, develop, harness, limits, paths, results
 from kernelbook.errors import GPUUnavailable, ParameterError, ResultsError, StepError
@@ -38,27 +38,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) double_rows(float* y, const
 """
 TILED_SOURCE = STEP_SOURCE.replace("double_rows", "double_tiled")
 BUILT: list[dict] = []   # what each launch was built with (the fake timer reads the last one)
-
-
-@dataclass(frozen=True)
-class Vec:
-    b: int
-    n: int
-
-    @property
-    def y_shape(self):
-        return (self.b, self.n)
-
-    @property
-    def flops(self):
-        return self.b * self.n
-
-    @property
-    def min_bytes(self):
-        return 8 * self.b * self.n
-
-    def as_dict(self):
-        return {"b": self.b, "n": self.n}
 
 
 def _define(text: str, name: str, default: int | None = None) -> int:

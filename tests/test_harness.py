@@ -5,40 +5,15 @@ holds for any study that answers the harness's questions."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
+from toyproblem import Vec
 
 from kernelbook import harness
 from kernelbook.errors import LaunchLimitError, ShapeError
 from kernelbook.measure import Measured
 from kernelbook.steps import Launch, Step, StepImpl, StepList
 from kernelbook.study import Study
-
-
-@dataclass(frozen=True)
-class Vec:
-    """y = 2 x for n numbers, b times."""
-
-    b: int
-    n: int
-
-    @property
-    def y_shape(self):
-        return (self.b, self.n)
-
-    @property
-    def flops(self):
-        return self.b * self.n
-
-    @property
-    def min_bytes(self):
-        return 8 * self.b * self.n
-
-    def as_dict(self):
-        return {"b": self.b, "n": self.n}
-
 
 LAUNCHES: list[str] = []
 
