@@ -9,15 +9,7 @@ from typing import ClassVar
 from ..errors import ParameterError
 from ..limits import H100
 from ..steps import Launch
-from .convstep import (
-    ConvShape,
-    ConvStep,
-    ceil_div,
-    check_persistent,
-    generic_plan,
-    int32,
-    persistent_launches,
-)
+from .convstep import ConvShape, ConvStep, ceil_div, check_persistent, generic_plan, int32, persistent_launches
 
 HOPPER_MAX_K = 7                # the 8-column window holds both output offsets only for K <= 7
 HOPPER_SMEM_MAX = 200 * 1024    # dynamic shared memory per block this plan accepts (opt-in limit 227 KiB)

@@ -14,15 +14,7 @@ from typing import ClassVar
 from ..errors import ParameterError
 from ..limits import H100
 from ..steps import Launch
-from .convstep import (
-    ConvShape,
-    ConvStep,
-    ceil_div,
-    check_persistent,
-    generic_plan,
-    int32,
-    persistent_launches,
-)
+from .convstep import ConvShape, ConvStep, ceil_div, check_persistent, generic_plan, int32, persistent_launches
 
 WGMMA_MAX_K = 7            # the 8-column window holds both column offsets only for K <= 7
 WGMMA_MAX_COLUMNS = 32     # (map, output row) pairs per position: N of the wide product <= 128
