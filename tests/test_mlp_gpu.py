@@ -228,28 +228,39 @@ def test_a_repeated_call_still_checks_its_arrays(weights):
 TMA_COLUMNS = (4, 36, 100, 12804, 65536, 65540, 131072 + 36)   # ragged last tiles and stages; both kernels
 
 
-def _count_tma_calls(monkeypatch) -> list:
-    """Every call that takes the TMA path asks for x's descriptor (cached or not): counted here."""
-    impl = STEPS.impl("tensor-core-fp16-tma")
+def _count_x_maps(monkeypatch, step: str) -> list:
+    """Every call that takes ``step``'s own kernel asks for x's descriptor (cached or not): counted here."""
+    impl = STEPS.impl(step)
     calls, real = [], impl.x_map
     monkeypatch.setattr(impl, "x_map", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     return calls
 
 
-def _tma_case(n, x_offset=0, y_offset=0, seed=5, **params):
-    """Step 18 on x and out that start ``x_offset`` / ``y_offset`` floats into their buffers, out
-    poisoned with NaN; returns (output, CPU float32 reference, host weights)."""
+def _count_tma_calls(monkeypatch) -> list:
+    return _count_x_maps(monkeypatch, "tensor-core-fp16-tma")
+
+
+def _offset_forward(step: str, x_host, host_w, x_offset: int, y_offset: int, **params) -> np.ndarray:
+    """``step`` on x and out that start ``x_offset`` / ``y_offset`` floats into their buffers, out
+    poisoned with NaN; returns the output."""
     import cupy as cp
 
-    host_w = data.make_weights(seed)
-    x_host = data.make_signals(n, seed + n % 89)
+    n = x_host.shape[1]
     xbuf = cp.empty(71 * n + x_offset, dtype=cp.float32)
     x = xbuf[x_offset:].reshape(71, n)
     x[...] = cp.asarray(x_host)
     ybuf = cp.full(4 * n + y_offset, cp.nan, dtype=cp.float32)
     out = ybuf[y_offset:].reshape(4, n)
-    forward(x, tuple(cp.asarray(w) for w in host_w), step="tensor-core-fp16-tma", out=out, **params)
-    return out.get(), reference.forward32(x_host, host_w)
+    forward(x, tuple(cp.asarray(w) for w in host_w), step=step, out=out, **params)
+    return out.get()
+
+
+def _tma_case(n, x_offset=0, y_offset=0, seed=5, **params):
+    """Step 18 at offsets (``_offset_forward``); returns (output, CPU float32 reference)."""
+    host_w = data.make_weights(seed)
+    x_host = data.make_signals(n, seed + n % 89)
+    got = _offset_forward("tensor-core-fp16-tma", x_host, host_w, x_offset, y_offset, **params)
+    return got, reference.forward32(x_host, host_w)
 
 
 @pytest.mark.parametrize("n", TMA_COLUMNS)
@@ -304,27 +315,15 @@ WGMMA_COLUMNS = (4, 36, 100, 12804, 65540, 131108)   # ragged last tiles; a tile
 
 
 def _count_wgmma_calls(monkeypatch) -> list:
-    """Every call that takes step 19's own kernel asks for x's descriptor: counted here."""
-    impl = STEPS.impl("wgmma-full-range")
-    calls, real = [], impl.x_map
-    monkeypatch.setattr(impl, "x_map", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
-    return calls
+    return _count_x_maps(monkeypatch, "wgmma-full-range")
 
 
 def _wgmma_case(n, x_host=None, host_w=None, x_offset=0, y_offset=0, **params):
-    """Step 19 on x and out starting ``x_offset`` / ``y_offset`` floats into their buffers, out
-    poisoned with NaN; returns (output, float64 reference)."""
-    import cupy as cp
-
+    """Step 19 at offsets (``_offset_forward``); returns (output, float64 reference)."""
     host_w = host_w if host_w is not None else data.make_weights(7)
     x_host = x_host if x_host is not None else data.make_signals(n, 9 + n % 83)
-    xbuf = cp.empty(71 * n + x_offset, dtype=cp.float32)
-    x = xbuf[x_offset:].reshape(71, n)
-    x[...] = cp.asarray(x_host)
-    ybuf = cp.full(4 * n + y_offset, cp.nan, dtype=cp.float32)
-    out = ybuf[y_offset:].reshape(4, n)
-    forward(x, tuple(cp.asarray(w) for w in host_w), step="wgmma-full-range", out=out, **params)
-    return out.get(), reference.forward64(x_host, host_w)
+    got = _offset_forward("wgmma-full-range", x_host, host_w, x_offset, y_offset, **params)
+    return got, reference.forward64(x_host, host_w)
 
 
 @pytest.mark.parametrize("n", WGMMA_COLUMNS)
