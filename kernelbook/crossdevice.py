@@ -441,7 +441,7 @@ def rates_frame(*recordings: DeviceRecording, studies: dict | None = None) -> pd
             value = rec.rates.get(metric)
             row[name] = f"{value:,.0f}" if value else "not recorded"
         row["Ridges (FLOP/byte)"] = " / ".join(f"{r:.1f}" if (r := rec.ridge(m)) else "–" for m, _, _ in ROOFS)
-        row["From"] = _where(rec)
+        row["Source of the rates"] = _where(rec)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -463,5 +463,5 @@ def rates_table(*comparisons: Comparison):
     units = ", ".join(name for _, name, _ in ROOFS)
     return styled(frame, f"The rates each run gives its steps: the bandwidth, and the {units} rates in GFLOP/s; "
                          "each is the ceiling measured in that run where it holds one, else the datasheet's peak "
-                         "('From' says which). The ridges, in the same order, are each rate over the bandwidth, "
-                         "in FLOPs per byte.")
+                         "('Source of the rates' says which). The ridges, in the same order, are each rate over the "
+                         "bandwidth, in FLOPs per byte.")

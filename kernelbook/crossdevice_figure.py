@@ -60,7 +60,7 @@ def speedup_figure(*comparisons: Comparison):
     ax.grid(True, which="both", alpha=0.25)
     handles, labels = ax.get_legend_handles_labels()
     rows = (len(labels) + 1) // 2
-    key = 0.24 * rows + 0.7
+    key = 0.2 * rows + 0.45
     fig.set_size_inches(7.5, 5.2 + key)
     fig.legend(handles, labels, fontsize=8.5, loc="lower left", ncol=2, frameon=False,
                bbox_to_anchor=(0.01, 0.35 / (5.2 + key)))

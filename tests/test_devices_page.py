@@ -158,8 +158,8 @@ def test_rates_fall_back_to_the_datasheet_and_say_so(results_root):
     assert view.other.sources["copy_gbs"] == "datasheet (H200 SXM)"
     assert view.ratio == pytest.approx(4800.0 / 3000.0)
     table = crossdevice.rates_frame(view.base, view.other)
-    assert table.iloc[1]["From"] == "datasheet (H200 SXM)"
-    assert table.iloc[0]["From"] == "measured in this run"
+    assert table.iloc[1]["Source of the rates"] == "datasheet (H200 SXM)"
+    assert table.iloc[0]["Source of the rates"] == "measured in this run"
     assert table.iloc[1]["Bandwidth"] == "4,800 GB/s"
 
 
