@@ -104,8 +104,8 @@ def replay_target(study, mode: str, replay_run: str | None, device: str | None) 
     run = book_run(study, device)
     if run is None and device is not None:
         recorded = recorded_devices(study)
-        raise ParameterError(f"No whole recording of the {study.title} was made on a GPU named {device!r}"
-                             + (f"; it was recorded on: {', '.join(recorded)}." if recorded else "."),
+        raise ParameterError(f"No run made on a GPU named {device!r} holds every step of the {study.title}"
+                             + (f" (its steps were recorded on: {', '.join(recorded)})." if recorded else "."),
                              "pass device= one of those (part of its name, e.g. 'H100'), or device=None.")
     if run is None:   # no whole recording yet: each part from the newest run that holds it
         session.pin(None)
