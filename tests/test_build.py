@@ -232,10 +232,24 @@ def test_an_unwritable_out_folder_is_one_line(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def _executed_showing(block, tmp_path):
+    """A batch's folder of executed notebooks whose good page displays ``block`` (a kernel source),
+    its digest recorded as the batch records it."""
+    import nbformat
+    from IPython.core.interactiveshell import InteractiveShell
+
+    data, metadata = InteractiveShell.instance().display_formatter.format(block)
+    executed = tmp_path / "executed"
+    path = write_executed(executed / "part" / "good.ipynb", "hello\n")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].outputs.append(nbformat.v4.new_output("display_data", data=data, metadata=metadata))
+    nbformat.write(nb, path)
+    record_digest(path)
+    return executed
+
+
 def test_a_kernel_source_changed_after_execution_is_refused(book, tmp_path, monkeypatch):
     """The page shows the .cu as it was when the notebook ran: a later edit makes it stale."""
-    import nbformat
-
     from kernelbook import paths
     from kernelbook.report import show_source
 
@@ -243,15 +257,7 @@ def test_a_kernel_source_changed_after_execution_is_refused(book, tmp_path, monk
     kernels.mkdir(parents=True)
     (kernels / "00_k.cu").write_text("__global__ void k() {}\n")
     monkeypatch.setattr(paths, "kernels_dir", lambda: book / "kernels")
-    from IPython.core.interactiveshell import InteractiveShell
-
-    data, metadata = InteractiveShell.instance().display_formatter.format(show_source("toy/00_k.cu"))
-    executed = tmp_path / "executed"
-    path = write_executed(executed / "part" / "good.ipynb", "hello\n")
-    nb = nbformat.read(path, as_version=4)
-    nb.cells[1].outputs.append(nbformat.v4.new_output("display_data", data=data, metadata=metadata))
-    nbformat.write(nb, path)
-    record_digest(path)
+    executed = _executed_showing(show_source("toy/00_k.cu"), tmp_path)
     _stage(book, executed)  # unchanged: fine
     (kernels / "00_k.cu").write_text("__global__ void k() { /* edited */ }\n")
     with pytest.raises(BuildError, match="changed after it was executed.*kernels/toy/00_k.cu") as info:
@@ -280,9 +286,6 @@ def test_every_refused_notebook_is_in_the_fix(tmp_path):
 
 def test_a_kernel_header_changed_after_execution_is_refused(book, tmp_path, monkeypatch):
     """A step's page shows the headers its file includes; editing one makes the page stale."""
-    import nbformat
-    from IPython.core.interactiveshell import InteractiveShell
-
     from kernelbook import paths
     from kernelbook.report import show_source
 
@@ -293,13 +296,7 @@ def test_a_kernel_header_changed_after_execution_is_refused(book, tmp_path, monk
     monkeypatch.setattr(paths, "kernels_dir", lambda: book / "kernels")
     block = show_source("toy/00_k.cu")
     assert "return 2 * v" in block.data and "kernels/toy/shared.cuh" in block.data
-    data, metadata = InteractiveShell.instance().display_formatter.format(block)
-    executed = tmp_path / "executed"
-    path = write_executed(executed / "part" / "good.ipynb", "hello\n")
-    nb = nbformat.read(path, as_version=4)
-    nb.cells[1].outputs.append(nbformat.v4.new_output("display_data", data=data, metadata=metadata))
-    nbformat.write(nb, path)
-    record_digest(path)
+    executed = _executed_showing(block, tmp_path)
     _stage(book, executed)  # unchanged: fine
     (kernels / "shared.cuh").write_text("__device__ float twice(float v) { return v + v; }\n")
     with pytest.raises(BuildError, match="changed after it was executed.*kernels/toy/shared.cuh"):
