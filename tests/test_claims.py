@@ -49,13 +49,15 @@ def _pages():
     return sorted(p for p in paths.book_dir().rglob("*.md") if "_templates" not in p.parts)
 
 
+def _found(pattern, name):
+    """One test case per match of ``pattern`` in the book's pages, its groups the arguments and
+    ``name(groups)`` its id after the page's stem."""
+    return [pytest.param(*match.groups(), id=f"{path.stem}:{name(match.groups())}")
+            for path in _pages() for match in pattern.finditer(path.read_text())]
+
+
 def claims():
-    found = []
-    for path in _pages():
-        for match in CLAIM.finditer(path.read_text()):
-            g = match.groups()
-            found.append(pytest.param(*g, id=f"{path.stem}:{g[1]}-{g[2] or ''}{g[3]}-{g[4]}-{g[5]}-{g[6]}"))
-    return found
+    return _found(CLAIM, lambda g: f"{g[1]}-{g[2] or ''}{g[3]}-{g[4]}-{g[5]}-{g[6]}")
 
 
 def value(study, step: str, metric: str, case: str, at):
@@ -223,12 +225,7 @@ def rank_judge(step: str, word: str, values: dict) -> str | None:
 
 
 def rank_claims():
-    found = []
-    for path in _pages():
-        for match in RANK.finditer(path.read_text()):
-            g = match.groups()
-            found.append(pytest.param(*g, id=f"{path.stem}:{g[1]}-{g[2]}-{g[4]}-{g[5]}"))
-    return found
+    return _found(RANK, lambda g: f"{g[1]}-{g[2]}-{g[4]}-{g[5]}")
 
 
 @pytest.mark.parametrize("study_name, step, word, rows, metric, case, size", rank_claims())
