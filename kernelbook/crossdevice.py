@@ -371,7 +371,8 @@ class Comparison:
             out[f"Speed-up ({self.base.label} / {self.other.label})"] = [f"{v:.2f}×" if v is not None and v == v else "–"
                                                               for v in frame["speedup"]]
         out["Bound (H100)"] = frame["bound"]
-        out["FLOP/byte"] = [f"{v:.2f}" if v is not None and v == v else "–" for v in frame["intensity"]]
+        out["FLOP/byte"] = [("–" if v is None or v != v else f"{v:.2f}" if source == "dram (ncu)" else
+                             f"{v:.2f} (fewest bytes)") for v, source in zip(frame["intensity"], frame["bytes_source"])]
         out["Ridge"] = [f"{v:.1f}" if v is not None and v == v else "–" for v in frame["ridge"]]
         out["Unit"] = frame["unit"]
         runs = f"{self.base.label}: run {self.base.run.run_id}" + (
@@ -412,8 +413,11 @@ def banner(*comparisons: Comparison):
                              f"{md_text(run.created_utc[:10])}, commit {md_code(run.commit)})")
             else:
                 lines.append(f"{md_text(c.study.title)}, {rec.label}: no recording of this study exists yet")
+    none = ("" if any(c.other.found for c in comparisons) else
+            f"\n>\n> **No {OTHER} recording exists yet.** The tables give the {BASE}'s runs alone, and the "
+            f"speed-ups, the figure and the sentences about them appear once a run on the {OTHER} is recorded.")
     return Markdown("> **Replayed** (this page measures nothing): one run per study and device, each "
-                    "named below and in every caption:\n>\n" + "\n".join(f"> - {line}" for line in lines))
+                    "named below and in every caption:\n>\n" + "\n".join(f"> - {line}" for line in lines) + none)
 
 
 def _where(rec: DeviceRecording) -> str:

@@ -24,7 +24,7 @@ SPEEDUP["index-reuse"] = 1.2
 SPEEDUP["sweep"] = 0.8
 
 
-def _run(root, device, copy_gbs, speedup=None, ceilings=True, steps=None):
+def _run(root, device, copy_gbs, speedup=None, ceilings=True, steps=None, unprofiled=()):
     """A run of ``device`` holding every LeNet step (or ``steps``), their Nsight Compute DRAM bytes
     and, when ``ceilings``, the device's measured ceilings."""
     run = results.create_run({"device": device, "commit": "abc123def456", "host": "test"}, root=root)
@@ -43,7 +43,8 @@ def _run(root, device, copy_gbs, speedup=None, ceilings=True, steps=None):
             ncu.append(results.record("lenet", slug, layer, 1000, "dram_bytes", profiled.flops / per_byte, unit="bytes"))
         params = {"step": slug, "batch_sizes": [100, SIZE], "params": {}}
         run.write_part(STUDY.part(slug), "lenet", recs, parameters=params)
-        run.write_part(STUDY.part(slug, "ncu"), "lenet", ncu)
+        if slug not in unprofiled:
+            run.write_part(STUDY.part(slug, "ncu"), "lenet", ncu)
     if ceilings:
         values = {**RATES, "copy_gbs": copy_gbs}
         run.write_part("device-ceilings", "device",
@@ -83,6 +84,7 @@ def test_each_row_holds_both_times_their_ratio_and_the_h100_bound(two_devices):
     assert _row(frame, "fp16")["ridge"] == pytest.approx(60_000 / (0.5 * 3000))
     assert _row(frame, "wgmma-final")["ridge"] == pytest.approx(800_000 / (3 * 3000))
     assert view.ratio == pytest.approx(1.43)
+    assert "No H200 recording" not in crossdevice.banner(view).data
     assert view.base.sources["copy_gbs"] == f"measured in run {h100.run_id}"
 
 
@@ -142,6 +144,7 @@ def test_without_an_h200_run_the_page_says_so_and_shows_the_h100(results_root):
     assert crossdevice_figure.speedup_figure(view) is None
     assert "No H200 recording exists yet" in crossdevice_figure.figure(view).data
     assert "no recording of this study exists yet" in crossdevice.banner(view).data
+    assert "No H200 recording exists yet." in crossdevice.banner(view).data
 
 
 def test_with_no_run_at_all_the_page_says_so(results_root):
@@ -169,6 +172,24 @@ def test_a_run_missing_one_ceiling_takes_that_one_from_the_datasheet():
     rec = crossdevice.DeviceRecording("H200", None, rates=rates, sources=sources)
     assert crossdevice._where(rec) == "measured in this run; bandwidth from the datasheet (H200 SXM)"
     assert crossdevice.device_rates({}, "A GPU the book holds no datasheet for", None) == ({}, {})
+
+
+def test_a_step_without_a_profile_is_placed_by_its_fewest_bytes_and_says_so(results_root):
+    from kernelbook.evidence.floor import floor_ms
+
+    _run(results_root, H100, 3000.0, unprofiled=("baseline",))
+    _run(results_root, H200, 4290.0, SPEEDUP)
+    view = crossdevice.compare(STUDY)
+    row = _row(view.frame, "baseline")
+    shape = layer_shape("C1", SIZE)
+    assert row["bytes_source"] == "fewest bytes" and row["intensity"] == pytest.approx(shape.flops / shape.min_bytes)
+    # The bound is the larger of the floor's two terms (evidence.floor: bytes over bandwidth, FLOPs
+    # over the unit's rate), read with the same rates.
+    rates = view.base.rates
+    by_bytes = shape.min_bytes / (rates["copy_gbs"] * 1e9) * 1e3
+    assert floor_ms(shape, rates) == pytest.approx(max(by_bytes, shape.flops / (rates["fp32_gflops"] * 1e9) * 1e3))
+    assert row["bound"] == ("bytes" if floor_ms(shape, rates) == pytest.approx(by_bytes) else "arithmetic")
+    assert f"{row['intensity']:.2f} (fewest bytes)" in view.table().to_html()
 
 
 def test_an_h200_run_missing_a_step_says_so_in_its_cell(results_root):
