@@ -103,18 +103,20 @@ def test_fp32_steps_pass_the_range_test(slug, range_grid):
     assert failed == [], f"{len(failed)} of {len(errors)} range cases fail, e.g. {failed[:3]}"
 
 
-def test_full_range_final_takes_the_exact_path_for_wide_weights():
+# One weight of W1 (step 17) or of W2 (step 19) made 2^45 times smaller: a span wider than the step's scaling holds.
+@pytest.mark.parametrize("slug, matrix", [("final-full-range", 0), ("wgmma-full-range", 2)])
+def test_a_full_range_step_takes_the_exact_path_for_wide_weights(slug, matrix):
     import cupy as cp
 
     host = list(data.make_weights(5))
-    host[0] = host[0].copy()
-    host[0][3, 7] *= np.float32(2.0**-45)
+    host[matrix] = host[matrix].copy()
+    host[matrix][3, 7] *= np.float32(2.0**-45)
     host = tuple(host)
-    impl = STEPS.impl("final-full-range")
+    impl = STEPS.impl(slug)
     prepared = impl.prepare_weights(tuple(cp.asarray(w) for w in host))
     assert impl.exact_only(prepared)
     x_host = data.make_signals(1000, 6)
-    out = forward(cp.asarray(x_host), prepared, step="final-full-range")
+    out = forward(cp.asarray(x_host), prepared, step=slug)
     assert reference.rel_l2(out.get(), reference.forward64(x_host, host)) <= 1e-5
 
 
@@ -383,18 +385,3 @@ def test_wgmma_step_recomputes_the_pairs_its_scaling_cannot_hold(where):
         tuple(__import__("cupy").asarray(w) for w in host_w)))   # the fast path's own flags, not the weights'
     got, ref = _wgmma_case(n, x_host=x, host_w=host_w)
     assert reference.rel_l2(got, ref) <= 1e-5
-
-
-def test_wgmma_step_takes_the_exact_path_for_wide_weights():
-    import cupy as cp
-
-    host = list(data.make_weights(5))
-    host[2] = host[2].copy()
-    host[2][3, 7] *= np.float32(2.0**-45)            # W2 spans more than 2^32
-    host = tuple(host)
-    impl = STEPS.impl("wgmma-full-range")
-    prepared = impl.prepare_weights(tuple(cp.asarray(w) for w in host))
-    assert impl.exact_only(prepared)
-    x_host = data.make_signals(1000, 6)
-    out = forward(cp.asarray(x_host), prepared, step="wgmma-full-range")
-    assert reference.rel_l2(out.get(), reference.forward64(x_host, host)) <= 1e-5
