@@ -9,15 +9,13 @@ import gzip
 import re
 import subprocess
 
-import numpy as np
 import pytest
-from toyproblem import Vec
+from toyproblem import Vec, VecStudy
 
 from kernelbook import candidate, develop, harness, limits, paths, results
 from kernelbook.errors import GPUUnavailable, ParameterError, ResultsError, StepError
 from kernelbook.measure import Measured
 from kernelbook.steps import Launch, Step, StepImpl, StepList
-from kernelbook.study import Study
 
 # ------------------------------------------------------------------------------ a study in NumPy
 
@@ -99,33 +97,16 @@ def fake_timer(fn, repeats, warmup, graph=False, timing="events"):
     return Measured([0.1 * cost] * repeats, extra={"timing": "cuda-graph" if graph else timing})
 
 
-class Toy(Study):
-    name = "toy"
+class Toy(VecStudy):
     module = "tests.test_develop"
-    title = "Toy"
     steps = STEPS
-    cases = ("short", "long")
     default_sizes = (2,)
     repeats = 3
     warmup = 1
     check_shapes = 1
 
-    def array_module(self):
-        return np
-
-    def problem(self, case, size):
-        return Vec(size, {"short": 8, "long": 40}[case])
-
-    def inputs(self, impl, shape, rng, case=None):
-        return (rng.uniform(-1, 1, shape.y_shape).astype(np.float32),)
-
     def check_cases(self, impl, params, n_random, rng):
-        shapes = [("short", Vec(1, 8)), ("long", Vec(1, 40))] + [("random", Vec(1, 5))] * n_random
-        out = []
-        for label, shape in shapes:
-            (x,) = self.inputs(impl, shape, rng)
-            out.append(harness.CheckCase(label, shape, (x,), lambda x=x: 2 * x.astype(np.float64)))
-        return out
+        return self.doubled(impl, [("short", Vec(1, 8)), ("long", Vec(1, 40))] + [("random", Vec(1, 5))] * n_random, rng)
 
     def case_records(self, impl, case, shape, params, operands, run, output, op, context, time):
         """A study's own look-up by slug (as LeNet's network does) must reach what is timed."""

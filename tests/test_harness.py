@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from toyproblem import Vec
+from toyproblem import Vec, VecStudy
 
 from kernelbook import harness
 from kernelbook.errors import LaunchLimitError, ShapeError
 from kernelbook.measure import Measured
 from kernelbook.steps import Launch, Step, StepImpl, StepList
-from kernelbook.study import Study
 
 LAUNCHES: list[str] = []
 
@@ -78,21 +77,9 @@ STEPS = StepList("toy", [Step(0, "double", "00_double", "Double", Double),
                          Step(4, "declared", "04_declared", "Declared", Declared)])
 
 
-class Toy(Study):
-    name = "toy"
-    title = "Toy"
+class Toy(VecStudy):
     steps = STEPS
-    cases = ("short", "long")
     default_sizes = (2, 3)
-
-    def array_module(self):
-        return np
-
-    def problem(self, case, size):
-        return Vec(size, {"short": 8, "long": 40}[case])
-
-    def inputs(self, impl, shape, rng, case=None):
-        return (rng.uniform(-1, 1, shape.y_shape).astype(np.float32),)
 
     def check_cases(self, impl, params, n_random, rng):
         shapes = [("short", Vec(1, 8)), ("long", Vec(1, 40))]
@@ -103,11 +90,7 @@ class Toy(Study):
             except ShapeError:
                 continue
             shapes.append(("random", shape))
-        out = []
-        for label, shape in shapes:
-            (x,) = self.inputs(impl, shape, rng)
-            out.append(harness.CheckCase(label, shape, (x,), lambda x=x: 2 * x.astype(np.float64)))
-        return out
+        return self.doubled(impl, shapes, rng)
 
     def case_records(self, impl, case, shape, params, operands, run, output, op, context, time):
         got = output()
