@@ -415,7 +415,10 @@ def banner(*comparisons: Comparison):
                 lines.append(f"{md_text(c.study.title)}, {rec.label}: no recording of this study exists yet")
     none = ("" if any(c.other.found for c in comparisons) else
             f"\n>\n> **No {OTHER} recording exists yet.** The tables give the {BASE}'s runs alone, and the "
-            f"speed-ups, the figure and the sentences about them appear once a run on the {OTHER} is recorded.")
+            f"speed-ups, the figure and the sentences about them appear once a run on the {OTHER} is recorded."
+            if any(c.base.found for c in comparisons) else
+            f"\n>\n> **No {BASE} or {OTHER} recording of a study exists yet.** Every table, the figure and the "
+            "sentences of this page appear once the book's runs of the studies on these GPUs are recorded.")
     return Markdown("> **Replayed** (this page measures nothing): one run per study and device, each "
                     "named below and in every caption:\n>\n" + "\n".join(f"> - {line}" for line in lines) + none)
 

@@ -152,6 +152,7 @@ def test_with_no_run_at_all_the_page_says_so(results_root):
     assert view.frame.empty and view.lines() == ["No H100 recording of this study exists yet."]
     assert "No H100 recording" in view.table().to_html()
     assert crossdevice.rates_frame(view.base, view.other).empty
+    assert "No H100 or H200 recording of a study exists yet." in crossdevice.banner(view).data
 
 
 def test_rates_fall_back_to_the_datasheet_and_say_so(results_root):
