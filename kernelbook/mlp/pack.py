@@ -162,6 +162,17 @@ def _exponent_field(a) -> np.ndarray:
     return (np.abs(np.asarray(a, np.float32)).view(np.uint32) >> 23).astype(np.int64)
 
 
+def _scale_exponent(W: np.ndarray, top: int, span: int) -> tuple[int, bool]:
+    """The power of two 2^ew that puts max |W| in [2^top, 2^(top+1)) (0 for an all-zero W), and
+    whether W needs the exact path: its largest magnitude subnormal or not finite, or its nonzero
+    magnitudes spanning more than 2^span."""
+    nonzero = _exponent_field(W[W != 0])
+    if not nonzero.size:
+        return 0, False
+    largest = int(nonzero.max())
+    return 127 + top - largest, largest in (0, 255) or int(nonzero.min()) < largest - span
+
+
 def full_range(weights) -> dict[str, np.ndarray]:
     """Step 17: per layer a power of two 2^ew_l puts max |W_l| in [2^14, 2^15); the 3xFP16
     fragments of the scaled weights (lo stored times 2^11) and the scaled biases
@@ -174,12 +185,8 @@ def full_range(weights) -> dict[str, np.ndarray]:
     for W, b in zip(weights[0::2], weights[1::2]):
         W = np.asarray(W, np.float32)
         b = np.asarray(b, np.float32)
-        nonzero = _exponent_field(W[W != 0])
-        ew = 0
-        if nonzero.size:
-            top = int(nonzero.max())
-            exact |= top in (0, 255) or int(nonzero.min()) < top - FULL_RANGE_SPAN
-            ew = 127 + FULL_RANGE_TOP - top
+        ew, wide = _scale_exponent(W, FULL_RANGE_TOP, FULL_RANGE_SPAN)
+        exact |= wide
         if abs(ew) > 125 or not (np.isfinite(W).all() and np.isfinite(b).all()):
             exact, ew = True, 0
         with np.errstate(over="ignore"):
@@ -224,12 +231,8 @@ def wgmma_full_range(weights) -> dict[str, np.ndarray]:
     W1, b1, W2, b2, W3, b3 = (np.asarray(a, np.float32) for a in weights)
     blocks, header, ews, exact = [], [], [], False
     for W, k in ((W1, 80), (W2, HIDDEN)):
-        nonzero = _exponent_field(W[W != 0])
-        ew = 0
-        if nonzero.size:
-            top = int(nonzero.max())
-            exact |= top in (0, 255) or int(nonzero.min()) < top - WGMMA_SPAN
-            ew = 127 + WGMMA_TOP - top
+        ew, wide = _scale_exponent(W, WGMMA_TOP, WGMMA_SPAN)
+        exact |= wide
         if not -120 <= ew <= 110:
             exact, ew = True, 0
         scaled = _pad(np.ldexp(W.astype(np.float64), ew).astype(np.float32), HIDDEN, k)
