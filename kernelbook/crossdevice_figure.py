@@ -16,6 +16,13 @@ BOUND_MARKERS = {"bytes": "o", "arithmetic": "^", "not known": "s"}
 DEVICE_COLORS = {BASE: PALETTE[0], OTHER: PALETTE[5]}
 
 
+def _from(rec, *metrics: str) -> str:
+    """Where a run's ``metrics`` and its bandwidth come from: measured, datasheet, or both."""
+    kinds = {"measured" if rec.sources.get(m, "").startswith("measured") else "datasheet"
+             for m in set(metrics) | {BANDWIDTH}}
+    return kinds.pop() if len(kinds) == 1 else "measured and datasheet"
+
+
 def speedup_figure(*comparisons: Comparison):
     """The H200's speed-up over the H100 against each step's arithmetic intensity (log x), one
     point per step and case; both devices' ridge points as vertical lines (the units the plotted
@@ -44,10 +51,11 @@ def speedup_figure(*comparisons: Comparison):
             if metric in units and ridge:
                 ridges.append(ridge)
                 ax.axvline(ridge, color=DEVICE_COLORS.get(rec.label, "0.4"), ls=style, lw=1.2,
-                           label=f"{rec.label} ridge, {name}: {ridge:.0f} FLOP/byte")
-    ratio, where = bandwidth_ratio(first.base, first.other)
+                           label=f"{rec.label} ridge, {name}: {ridge:.0f} FLOP/byte ({_from(rec, metric)})")
+    ratio, _ = bandwidth_ratio(first.base, first.other)
     if ratio:
-        ax.axhline(ratio, color="0.3", ls="-.", lw=1.0, label=f"bandwidth ratio {ratio:.2f}×")
+        ax.axhline(ratio, color="0.3", ls="-.", lw=1.0,
+                   label=f"bandwidth ratio {ratio:.2f}× ({_from(first.other, BANDWIDTH)} / {_from(first.base, BANDWIDTH)})")
     ax.axhline(1.0, color="0.6", ls="-", lw=0.8, label="no change (1×)")
     ax.set_xscale("log")
     lo, hi = min(xs + ridges) / 2, max(xs + ridges) * 2
@@ -65,9 +73,9 @@ def speedup_figure(*comparisons: Comparison):
     fig.legend(handles, labels, fontsize=8.5, loc="lower left", ncol=2, frameon=False,
                bbox_to_anchor=(0.01, 0.35 / (5.2 + key)))
     runs = "; ".join(f"{c.study.name}: {c.base.run.run_id}, {c.other.run.run_id}" for c in shown)
-    sources = "; ".join(f"{rec.label} {rec.sources.get(BANDWIDTH, 'not recorded')}" for rec in (first.base, first.other))
     sources = (f"ridges and bandwidth ratio from runs {first.base.run.run_id} ({first.base.label}) and "
-               f"{first.other.run.run_id} ({first.other.label}); bandwidth: {sources}")
+               f"{first.other.run.run_id} ({first.other.label}); measured: that run's ceilings, datasheet: "
+               "the GPU's datasheet peaks")
     footer(fig, textwrap.fill(f"runs {runs}; {sources}.", 150), measuring=True)
     fig.tight_layout(rect=(0, key / (5.2 + key), 1, 1))
     fig._kernelbook_rect = (0, key / (5.2 + key), 1, 1)

@@ -165,6 +165,13 @@ def test_rates_fall_back_to_the_datasheet_and_say_so(results_root):
     assert table.iloc[1]["Source of the rates"] == "datasheet (H200 SXM)"
     assert table.iloc[0]["Source of the rates"] == "measured in this run"
     assert table.iloc[1]["Bandwidth"] == "4,800 GB/s"
+    import matplotlib.pyplot as plt
+
+    fig = crossdevice_figure.speedup_figure(view)
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert "H200 ridge, FP32 (CUDA cores): 14 FLOP/byte (datasheet)" in labels
+    assert "bandwidth ratio 1.60× (datasheet / measured)" in labels
+    plt.close(fig)
 
 
 def test_a_run_missing_one_ceiling_takes_that_one_from_the_datasheet():
@@ -223,7 +230,9 @@ def test_the_figure_draws_both_ridges_and_the_bandwidth_ratio(two_devices):
     assert sum(label.startswith("H200 ridge") for label in labels) == 3
     ridge = next(line for line in ax.get_lines() if line.get_label().startswith("H200 ridge, FP32"))
     assert ridge.get_xdata()[0] == pytest.approx(60_000 / 4290)
+    assert ridge.get_label() == "H200 ridge, FP32 (CUDA cores): 14 FLOP/byte (measured)"
     ratio = next(line for line in ax.get_lines() if line.get_label().startswith("bandwidth ratio"))
+    assert ratio.get_label() == "bandwidth ratio 1.43× (measured / measured)"
     assert ratio.get_ydata()[0] == pytest.approx(1.43)
     assert figure_faults(fig) == []
     plt.close(fig)
