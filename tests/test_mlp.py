@@ -693,7 +693,7 @@ def test_step_15_packs_the_exact_path_and_passes_its_flag_without_a_device_copy(
     assert launch.kernel == "fusedTensorCore3xFP16Kernel"
     assert args[:4] == ("x", "split", "raw", "y") and args[4] == 300 and args[5] == 1 and isinstance(args[5], np.int32)
     source = kernels.source_path("mlp/15_final.cu").read_text()
-    assert f"#define S_SMALL {pack.SPLIT_SMALL!r}f" in source and "!(m >= S_SMALL && m <= 65504.0f)" in source
+    assert f"#define S_SMALL {pack.SPLIT_SMALL!r}f" in source and f"#define S_OVERFLOW {pack.SPLIT_OVERFLOW!r}f" in source
     edge = np.float32(pack.SPLIT_OVERFLOW)       # where rounding to half starts giving infinity
     with np.errstate(over="ignore"):
         assert np.isinf(edge.astype(np.float16)) and np.isfinite(np.nextafter(edge, np.float32(0)).astype(np.float16))

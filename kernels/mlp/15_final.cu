@@ -14,14 +14,16 @@
 // so no product or accumulator overflows. At the small end, v - hi is exact and lo = half(v - hi)
 // keeps 11 bits while |v - hi| >= 2^-14, else it is subnormal with an absolute error below 2^-25;
 // so every value is represented to within max(2^-22 |v|, 2^-25), which is within 2^-19 of its
-// column's largest magnitude M when M >= 2^-6 (the bound step 17 works to). A column is inside
-// half's range, for one layer, when the largest |hi| of its split values is finite and at least
-// 2^-6. (A largest |hi| of 0 cannot tell zeros from values below half's smallest subnormal, which
-// the split loses whole: such a column goes the FP32 path too; a share of all zeros is rare after
-// the ReLU and costs only time.) The kernel checks that for x, ReLU(h1) and ReLU(h2): each lane keeps
-// the largest |hi| of its share of each of its two columns (one HMNMX2 per split pair, the halves
-// already in registers), per layer; a lane's share judged alone only flags more columns, never
-// fewer. After the tile a warp ballot finds the lane groups with a column outside, and the warp
+// column's largest magnitude M when M >= 2^-6 (the bound step 17 works to). Zeros are exact
+// (hi = lo = 0). So a column is outside half's range, for one layer, when the largest magnitude M
+// of its values is at least 65520 or is not 0 but below 2^-6, and only then: a column of zeros, or
+// one whose small values sit beside a largest one of at least 2^-6, loses nothing the bound counts.
+// The kernel checks that for x, ReLU(h1) and ReLU(h2) on the values themselves, in float (their
+// halves cannot tell a 0 from a value below 2^-25, which the split loses whole): each lane keeps
+// the largest |v| of its share of each of its two columns (two FMNMX per split pair), per layer,
+// and the four lanes that share a column (a lane group) combine theirs by two shuffles before the
+// test, so a share of ReLU zeros beside larger values elsewhere in its column flags nothing. After
+// the tile a warp ballot finds the lane groups with a column outside, and the warp
 // recomputes those columns in plain FP32 on the CUDA cores (exact_fp32.cuh; their fast-path
 // results are not stored). Weights outside half's range are found once, on the host, when they
 // are packed (kernelbook/mlp/pack.py:f16_split_exact): then every column takes the FP32 path
@@ -45,32 +47,42 @@
 #define S_F2 (S_K2 * S_NT * 32)
 #define S_F3 (S_K2 * 32)
 #define S_UINT4S (S_F1 + S_F2 + S_F3 + 136 / 4)
-#define S_SMALL 0.015625f   // 2^-6: a column's largest |hi| below this loses bits
+#define S_SMALL 0.015625f     // 2^-6: a column's largest |v| below this (and not 0) loses bits
+#define S_OVERFLOW 65520.0f   // half(v) is infinite from here on
 
-// The hi parts of a split pair into the running largest |hi| of their column (one HMNMX2).
-static __device__ __forceinline__ void track_hi(unsigned hi, __half2 &mx)
+// The two values of a split pair into the running largest |v| of their column (two FMNMX).
+static __device__ __forceinline__ void track(float v0, float v1, float &mx)
 {
-    mx = __hmax2(mx, __habs2(*reinterpret_cast<const __half2 *>(&hi)));
+    mx = fmaxf(mx, fmaxf(fabsf(v0), fabsf(v1)));
 }
 
-// A lane's share of a column for one layer is outside half's range: an infinite hi (|v| >= 65520)
-// or a largest |hi| below 2^-6 (0 included: zeros and values the split would lose look alike).
-static __device__ __forceinline__ bool outside_half(__half2 mx)
+// The same for two hidden values before their ReLU: mx starts at 0, so it keeps max(0, largest c),
+// the largest ReLU(c) (a negative c, whatever its size, adds nothing).
+static __device__ __forceinline__ void track_relu(float c0, float c1, float &mx)
 {
-    const float m = fmaxf(__low2float(mx), __high2float(mx));
-    return !(m >= S_SMALL && m <= 65504.0f);
+    mx = fmaxf(mx, fmaxf(c0, c1));
 }
 
-// After a layer's splits: flag this lane's columns whose share left half's range; start the next layer.
+// A column is outside half's range for one layer: its largest |v| (over the whole column) reaches
+// 65520, where half(v) is infinite, or is not 0 but below 2^-6. A column of zeros is exact.
+static __device__ __forceinline__ bool outside_half(float top)
+{
+    return !(top < S_OVERFLOW) || (top > 0.0f && top < S_SMALL);
+}
+
+// After a layer's splits: the lane group's largest |v| per column (lanes 4g .. 4g + 3 hold the
+// same two columns), flagged where the column left half's range; then start the next layer.
 template <int M>
-static __device__ __forceinline__ void check_layer(__half2 (&mx)[M][2], unsigned &outside)
+static __device__ __forceinline__ void check_layer(float (&mx)[M][2], unsigned &outside)
 {
 #pragma unroll
     for (int m = 0; m < M; ++m)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-            if (outside_half(mx[m][c])) outside |= 1u << (2 * m + c);
-            mx[m][c] = __float2half2_rn(0.0f);
+            float top = fmaxf(mx[m][c], __shfl_xor_sync(0xffffffffu, mx[m][c], 1));
+            top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+            if (outside_half(top)) outside |= 1u << (2 * m + c);
+            mx[m][c] = 0.0f;
         }
 }
 
@@ -107,11 +119,11 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
 
     for (int tile = blockIdx.x * WARPS + warp; tile < tiles; tile += gridDim.x * WARPS) {
         const int col0 = tile * 16 * M_TILES;
-        // Bit 2 m + c: this lane's share of column col0 + 16 m + g + 8 c left half's range in a layer.
+        // Bit 2 m + c: column col0 + 16 m + g + 8 c left half's range in a layer.
         unsigned outside = 0;
-        __half2 mx[M_TILES][2];
+        float mx[M_TILES][2];   // this lane's largest |v| of each of its columns in the current layer
 #pragma unroll
-        for (int m = 0; m < M_TILES; ++m) mx[m][0] = mx[m][1] = __float2half2_rn(0.0f);
+        for (int m = 0; m < M_TILES; ++m) mx[m][0] = mx[m][1] = 0.0f;
 
         float acc[M_TILES][S_NT][4];
         bias_fragments(acc, bias, 0, q);
@@ -131,7 +143,7 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {   // r even: column g, r odd: column g + 8
                     split2(v[2 * r], v[2 * r + 1], hi[m][r], lo[m][r]);
-                    track_hi(hi[m][r], mx[m][r & 1]);
+                    track(v[2 * r], v[2 * r + 1], mx[m][r & 1]);
                 }
             }
 #pragma unroll
@@ -155,7 +167,7 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
                 for (int r = 0; r < 4; ++r) {   // r even: row g (column g), r odd: row g + 8
                     const float *c = acc[m][2 * j + r / 2] + 2 * (r % 2);
                     split2(fmaxf(c[0], 0.0f), fmaxf(c[1], 0.0f), hi[m][r], lo[m][r]);
-                    track_hi(hi[m][r], mx[m][r & 1]);
+                    track_relu(c[0], c[1], mx[m][r & 1]);
                 }
 #pragma unroll
             for (int nt = 0; nt < S_NT; ++nt) {
@@ -179,7 +191,7 @@ fusedTensorCore3xFP16Kernel(const float *__restrict__ x, const uint4 *__restrict
                 for (int r = 0; r < 4; ++r) {
                     const float *c = acc2[m][2 * j + r / 2] + 2 * (r % 2);
                     split2(fmaxf(c[0], 0.0f), fmaxf(c[1], 0.0f), hi[r], lo[r]);
-                    track_hi(hi[r], mx[m][r & 1]);
+                    track_relu(c[0], c[1], mx[m][r & 1]);
                 }
                 mma_3xf16(out[m], hi, lo, b);
             }
