@@ -201,8 +201,8 @@ def device_frame(study, base: DeviceRecording, other: DeviceRecording) -> pd.Dat
                          "speedup": mine["value"] / other_ms if other_ms else None, "unit": math_name,
                          "intensity": intensity, "bytes_source": at["bytes_source"] if at is not None else None,
                          "ridge": ridge, "bound": bound_of(intensity, ridge)})
-    frame = pd.DataFrame(rows, columns=FRAME_COLUMNS)
-    return frame.sort_values(["number", "case"], kind="stable").reset_index(drop=True) if not frame.empty else frame
+    rows.sort(key=lambda row: (row["number"], study.cases.index(row["case"])))   # each step's cases together
+    return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 
 
 def bandwidth_ratio(base: DeviceRecording, other: DeviceRecording) -> tuple[float | None, str]:

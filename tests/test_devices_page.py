@@ -71,6 +71,7 @@ def test_each_row_holds_both_times_their_ratio_and_the_h100_bound(two_devices):
     frame = view.frame
     assert len(frame) == 2 * len(STUDY.steps.slugs())        # every step, both layers
     assert set(frame["size"]) == {SIZE}                      # the largest size both runs timed
+    assert list(zip(frame["number"], frame["case"]))[:3] == [(0, "C1"), (0, "C3"), (1, "C1")]
     row = _row(frame, "tiled", "C3")
     base = 0.001 * SIZE * (STUDY.steps.slugs().index("tiled") + 1) * 2
     assert row["base_ms"] == pytest.approx(base * 1.005)     # the median of the two samples
