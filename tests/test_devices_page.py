@@ -237,3 +237,26 @@ def test_the_figure_draws_both_ridges_and_the_bandwidth_ratio(two_devices):
     assert ratio.get_ydata()[0] == pytest.approx(1.43)
     assert figure_faults(fig) == []
     plt.close(fig)
+
+
+@pytest.mark.slow
+def test_the_page_runs_on_the_two_runs_and_shows_the_checked_figure(two_devices, tmp_path):
+    """book/devices.md executed by the batch on the store made here: the figure drawn without a
+    fault, and the computed sentences on the page."""
+    import json
+
+    from kernelbook.batch import run_batch
+
+    h100, h200 = two_devices
+    lines = []
+    report = run_batch(only="devices", mode="replay", out_dir=tmp_path / "executed", log=lines.append,
+                       progress_bar=False)
+    assert not report.failed, lines
+    cells = json.loads((tmp_path / "executed" / "devices.ipynb").read_text())["cells"]
+    outputs = [o for c in cells for o in c.get("outputs", [])]
+    figures = [o["metadata"]["text/html"]["kernelbook_figure"] for o in outputs
+               if "kernelbook_figure" in o.get("metadata", {}).get("text/html", {})]
+    assert len(figures) == 1 and figures[0]["faults"] == []
+    text = json.dumps(outputs)
+    assert crossdevice.BAND_WORDS["bandwidth"] in text and h100.run_id in text and h200.run_id in text
+    assert "No H200 recording" not in text
