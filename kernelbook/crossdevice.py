@@ -226,21 +226,41 @@ def band(speedup: float, ratio: float) -> str:
 
 # ----------------------------------------------------------------------------- sentences
 
-_ITEM = re.compile(r"(?P<number>\d{2}) (?P<step>[a-z0-9][a-z0-9-]*) (?P<case>\S+) \((?P<speedup>\d+\.\d{2})×, "
-                   r"(?P<bound>bytes|arithmetic|not known)\)")
+_GROUP = re.compile(r"(?P<number>\d{2}) (?P<step>[a-z0-9][a-z0-9-]*) \((?P<cases>[^()]*)\)")
+_CASE = re.compile(r"^(?P<case>\S+) (?P<speedup>\d+\.\d{2})×$")
 _HEAD = re.compile(r"^(?P<count>\d+) of the (?P<total>\d+) rows timed on both devices (?P<words>.+?): ")
 _BOUND_LINE = re.compile(r"^Of the (?P<total>\d+) rows bound by (?P<bound>bytes|arithmetic) on the H100, "
                          r"(?P<count>\d+) moved by about the bandwidth ratio")
+#: What a bound's sentence lists: the rows that went against what the bound predicts (bytes-bound
+#: rows that did not move with the bandwidth, arithmetic-bound rows that did).
+LISTED = {"bytes": ("; the others: ", False), "arithmetic": (": ", True)}
 
 
-def _item(row) -> str:
-    return f"{row['number']:02d} {row['step']} {row['case']} ({row['speedup']:.2f}×, {row['bound']})"
+def _named(rows) -> str:
+    """Rows as the sentences name them, a step's cases together: ``03 tiled (C1 1.40×, C3 1.41×)``."""
+    steps: dict = {}
+    for row in rows:
+        steps.setdefault((row["number"], row["step"]), []).append(f"{row['case']} {row['speedup']:.2f}×")
+    return ", ".join(f"{number:02d} {step} ({', '.join(cases)})" for (number, step), cases in steps.items())
+
+
+def _parse(text: str) -> list[tuple[int, str, str, str]]:
+    """(number, step, case, speed-up as written) of every row ``_named`` wrote into ``text``."""
+    found = []
+    for group in _GROUP.finditer(text):
+        for part in group["cases"].split(", "):
+            case = _CASE.match(part)
+            if case is None:
+                raise ClaimMismatch(f"{group.group(0)} names a row the page cannot read ({part!r}).",
+                                    "write the sentences with crossdevice.moved_lines.")
+            found.append((int(group["number"]), group["step"], case["case"], case["speedup"]))
+    return found
 
 
 def moved_lines(frame: pd.DataFrame, ratio: float | None, other_label: str = OTHER) -> list[str]:
     """Sentences from the table: which rows moved by about the bandwidth ratio and which did not
-    (one sentence a band, naming every row of it with its speed-up and bound), then how many of
-    the bytes-bound and of the arithmetic-bound rows moved with the bandwidth."""
+    (one sentence a band, naming every row of it with its speed-up), then, per bound, how many
+    rows moved with the bandwidth and which went against their bound."""
     both = frame[frame["speedup"].notna()] if not frame.empty else frame
     if both.empty or ratio is None:
         return [f"No {other_label} recording of this study exists yet, so no step has a speed-up to judge."
@@ -253,13 +273,14 @@ def moved_lines(frame: pd.DataFrame, ratio: float | None, other_label: str = OTH
     for name in BANDS:
         if bands[name]:
             lines.append(f"{len(bands[name])} of the {total} rows timed on both devices {BAND_WORDS[name]}: "
-                         + ", ".join(_item(r) for r in bands[name]) + ".")
-    for bound in ("bytes", "arithmetic"):
-        mine = both[both["bound"] == bound]
-        if len(mine):
-            moved = sum(band(s, ratio) == "bandwidth" for s in mine["speedup"])
-            lines.append(f"Of the {len(mine)} rows bound by {bound} on the H100, {moved} moved by about the "
-                         "bandwidth ratio.")
+                         + _named(bands[name]) + ".")
+    for bound, (lead, moved_ones) in LISTED.items():
+        mine = [row for _, row in both[both["bound"] == bound].iterrows()]
+        if mine:
+            moved = [row for row in mine if band(row["speedup"], ratio) == "bandwidth"]
+            listed = moved if moved_ones else [row for row in mine if band(row["speedup"], ratio) != "bandwidth"]
+            lines.append(f"Of the {len(mine)} rows bound by {bound} on the H100, {len(moved)} moved by about the "
+                         "bandwidth ratio" + (lead + _named(listed) if listed else "") + ".")
     return lines
 
 
@@ -267,10 +288,23 @@ class ClaimMismatch(ResultsError):
     """A computed sentence says what its table does not hold."""
 
 
+def _row_of(both: pd.DataFrame, key: tuple, fix: str):
+    number, step, case, speedup = key
+    row = both[(both["number"] == number) & (both["step"] == step) & (both["case"] == case)]
+    if row.empty:
+        raise ClaimMismatch(f"{number:02d} {step} {case} is not a row of the table timed on both devices.", fix)
+    row = row.iloc[0]
+    if f"{row['speedup']:.2f}" != speedup:
+        raise ClaimMismatch(f"{number:02d} {step} {case} is said to be {speedup}×; the table gives "
+                            f"{row['speedup']:.2f}×.", fix)
+    return row
+
+
 def check_lines(frame: pd.DataFrame, lines: list[str], ratio: float | None) -> None:
     """Raise ``ClaimMismatch`` when a sentence of ``moved_lines`` contradicts ``frame``: a row named
-    in the wrong band, with a speed-up or bound the table does not give it, a count that is not the
-    number of rows it names, or a row of the table left out of every band."""
+    in the wrong band or with a speed-up the table does not give it, a count that is not the number
+    of rows it stands for, a bound's list that is not the rows it says, or a row of the table left
+    out of every band."""
     both = frame[frame["speedup"].notna()] if not frame.empty else frame
     fix = "write the sentences from the table (crossdevice.moved_lines), never by hand."
     named = []
@@ -279,33 +313,40 @@ def check_lines(frame: pd.DataFrame, lines: list[str], ratio: float | None) -> N
         if head is not None:
             words = head["words"]
             name = next((n for n, w in BAND_WORDS.items() if w == words), None)
-            items = list(_ITEM.finditer(line))
             if name is None or ratio is None:
                 raise ClaimMismatch(f"A sentence names no band the page knows: {line!r}.", fix)
+            items = _parse(line[head.end():])
             if int(head["count"]) != len(items) or int(head["total"]) != len(both):
                 raise ClaimMismatch(f"A sentence counts {head['count']} of {head['total']} rows but names "
                                     f"{len(items)} of {len(both)}: {line!r}.", fix)
-            for item in items:
-                key = (int(item["number"]), item["step"], item["case"])
-                row = both[(both["number"] == key[0]) & (both["step"] == key[1]) & (both["case"] == key[2])]
-                if row.empty:
-                    raise ClaimMismatch(f"{item.group(0)} is not a row of the table timed on both devices.", fix)
-                row = row.iloc[0]
-                if f"{row['speedup']:.2f}" != item["speedup"] or row["bound"] != item["bound"]:
-                    raise ClaimMismatch(f"{item.group(0)}: the table gives {_item(row)}.", fix)
+            for key in items:
+                row = _row_of(both, key, fix)
                 if band(row["speedup"], ratio) != name:
-                    raise ClaimMismatch(f"{item.group(0)} is said to have {words}, but its speed-up "
+                    raise ClaimMismatch(f"{key[0]:02d} {key[1]} {key[2]} is said to have {words}, but its speed-up "
                                         f"{row['speedup']:.2f}× against the bandwidth ratio {ratio:.2f}× "
                                         f"puts it in another band ({BAND_WORDS[band(row['speedup'], ratio)]}).", fix)
-                named.append(key)
+                named.append(key[:3])
             continue
         counted = _BOUND_LINE.match(line)
         if counted is not None:
-            mine = both[both["bound"] == counted["bound"]]
-            moved = sum(band(s, ratio) == "bandwidth" for s in mine["speedup"]) if ratio else 0
-            if (int(counted["total"]), int(counted["count"])) != (len(mine), moved):
-                raise ClaimMismatch(f"The table has {len(mine)} rows bound by {counted['bound']}, {moved} of them "
+            bound = counted["bound"]
+            lead, moved_ones = LISTED[bound]
+            mine = both[both["bound"] == bound]
+            moved = {(int(r["number"]), r["step"], r["case"]) for _, r in mine.iterrows()
+                     if ratio and band(r["speedup"], ratio) == "bandwidth"}
+            if (int(counted["total"]), int(counted["count"])) != (len(mine), len(moved)):
+                raise ClaimMismatch(f"The table has {len(mine)} rows bound by {bound}, {len(moved)} of them "
                                     f"moving with the bandwidth: {line!r}.", fix)
+            rest = line[counted.end():]
+            keys = _parse(rest)
+            for key in keys:
+                _row_of(both, key, fix)   # a row of the table, with its speed-up
+            listed = {key[:3] for key in keys}
+            everyone = {(int(r["number"]), r["step"], r["case"]) for _, r in mine.iterrows()}
+            expected = moved if moved_ones else everyone - moved
+            if listed != expected or (listed and not rest.startswith(lead)):
+                raise ClaimMismatch(f"The sentence on the rows bound by {bound} lists {sorted(listed)}; the table "
+                                    f"gives {sorted(expected)}: {line!r}.", fix)
     keys = [(int(r["number"]), r["step"], r["case"]) for _, r in both.iterrows()]
     if ratio is not None and sorted(named) != sorted(keys):
         missing = sorted(set(keys) - set(named))

@@ -18,10 +18,12 @@ SIZE = 10_000
 #: are at 2,000 FLOP per byte, above every ridge.
 BYTES_BOUND = {"baseline", "tiled", "cublas", "index-reuse"}
 #: The H200's speed-up per step: the bytes-bound ones move with the bandwidth (1.43x) but one,
-#: which moves by less; the others do not move, but one that takes longer.
+#: which moves by less; the others do not move, but one that takes longer and one that moves with
+#: the bandwidth all the same.
 SPEEDUP = {slug: (1.43 if slug in BYTES_BOUND else 1.0) for slug in STUDY.steps.slugs()}
 SPEEDUP["index-reuse"] = 1.2
 SPEEDUP["sweep"] = 0.8
+SPEEDUP["streams"] = 1.43
 
 
 def _run(root, device, copy_gbs, speedup=None, ceilings=True, steps=None, unprofiled=()):
@@ -94,18 +96,24 @@ def test_the_sentences_name_each_row_in_its_band_and_agree_with_the_table(two_de
     lines = view.lines()
     text = "\n".join(lines)
     moved = next(line for line in lines if crossdevice.BAND_WORDS["bandwidth"] in line)
-    assert moved.startswith("6 of the 34 rows")                 # baseline, tiled, cublas x C1, C3
-    assert "00 baseline C1 (1.43×, bytes)" in moved and "index-reuse" not in moved
-    assert "11 index-reuse C3 (1.20×, bytes)" in next(line for line in lines if crossdevice.BAND_WORDS["less"] in line)
-    assert "02 sweep C1 (0.80×, arithmetic)" in next(line for line in lines if crossdevice.BAND_WORDS["slower"] in line)
-    assert "Of the 8 rows bound by bytes on the H100, 6 moved by about the bandwidth ratio." in text
-    assert "Of the 26 rows bound by arithmetic on the H100, 0 moved by about the bandwidth ratio." in text
+    assert moved == ("8 of the 34 rows timed on both devices moved by about the bandwidth ratio: 00 baseline "
+                     "(C1 1.43×, C3 1.43×), 03 tiled (C1 1.43×, C3 1.43×), 05 streams (C1 1.43×, C3 1.43×), "
+                     "08 cublas (C1 1.43×, C3 1.43×).")
+    assert "11 index-reuse (C1 1.20×, C3 1.20×)" in next(line for line in lines if crossdevice.BAND_WORDS["less"] in line)
+    assert "02 sweep (C1 0.80×, C3 0.80×)" in next(line for line in lines if crossdevice.BAND_WORDS["slower"] in line)
+    # Per bound, the rows that went against it: bytes-bound rows that did not move with the
+    # bandwidth, arithmetic-bound ones that did.
+    assert ("Of the 8 rows bound by bytes on the H100, 6 moved by about the bandwidth ratio; the others: "
+            "11 index-reuse (C1 1.20×, C3 1.20×).") in text
+    assert ("Of the 26 rows bound by arithmetic on the H100, 2 moved by about the bandwidth ratio: "
+            "05 streams (C1 1.43×, C3 1.43×).") in text
 
 
 @pytest.mark.parametrize("edit, why", [
-    (lambda line: line.replace("00 baseline C1 (1.43×", "00 baseline C1 (1.50×"), "the table gives"),
-    (lambda line: line.replace("(1.43×, bytes)", "(1.43×, arithmetic)", 1), "the table gives"),
-    (lambda line: line.replace("6 of the 34", "5 of the 34"), "counts"),
+    (lambda line: line.replace("00 baseline (C1 1.43×", "00 baseline (C1 1.50×"), "the table gives"),
+    (lambda line: line.replace("03 tiled (C1 1.43×", "03 tiled (C2 1.43×"), "not a row of the table"),
+    (lambda line: line.replace("8 of the 34", "7 of the 34"), "counts"),
+    (lambda line: line.replace("05 streams (C1 1.43×, C3 1.43×), ", ""), "counts"),
 ])
 def test_a_sentence_that_contradicts_the_table_fails(two_devices, edit, why):
     view = crossdevice.compare(STUDY)
@@ -129,9 +137,16 @@ def test_a_row_in_the_wrong_band_or_left_out_fails(two_devices):
     dropped = [line for line in lines if crossdevice.BAND_WORDS["slower"] not in line]
     with pytest.raises(crossdevice.ClaimMismatch, match="left out"):
         crossdevice.check_lines(view.frame, dropped, view.ratio)
-    wrong = [line.replace("Of the 8 rows bound by bytes", "Of the 9 rows bound by bytes") for line in lines]
-    with pytest.raises(crossdevice.ClaimMismatch, match="rows bound by bytes"):
-        crossdevice.check_lines(view.frame, wrong, view.ratio)
+    for old, new in (("Of the 8 rows bound by bytes", "Of the 9 rows bound by bytes"),
+                     ("; the others: 11 index-reuse (C1 1.20×, C3 1.20×)", ""),
+                     ("the others: 11 index-reuse (C1 1.20×, C3 1.20×)", "the others: 11 index-reuse (C1 1.20×)"),
+                     (": 05 streams (C1 1.43×, C3 1.43×).", ": 05 streams (C1 1.43×, C3 1.43×), "
+                                                            "03 tiled (C1 1.43×)."),
+                     ("2 moved by about the bandwidth ratio: 05", "1 moved by about the bandwidth ratio: 05")):
+        wrong = [line.replace(old, new) for line in lines]
+        assert wrong != lines, old
+        with pytest.raises(crossdevice.ClaimMismatch, match="rows bound by"):
+            crossdevice.check_lines(view.frame, wrong, view.ratio)
 
 
 def test_without_an_h200_run_the_page_says_so_and_shows_the_h100(results_root):
