@@ -762,17 +762,17 @@ def test_ctrl_c_at_the_terminal_prints_nothing_else_and_keeps_every_earlier_note
     toc = book / "_toc.yml"
     for n in range(4):
         (book / "book" / "part" / f"slow{n}.md").write_text(GOOD.replace(
-            "print(f", f"import time\nopen('started-{n}', 'w').close()\ntime.sleep(4)\nprint(f"))
+            "print(f", f"import time\nif size == 5:  # the batch under test, not the one before it\n"
+                       f"    open('started-{n}', 'w').close()\n    time.sleep(2)\nprint(f"))
         toc.write_text(toc.read_text() + f"      - file: book/part/slow{n}\n")
     report, _ = _run(book, book / "out", mode="replay", workers=1)
     assert report.ok
+    assert not list((book / "book" / "part").glob("started-*"))  # only the batch under test starts them
     earlier = {p: p.read_bytes() for p in (book / "out").rglob("*.ipynb")}
     script = tmp_path / "client.py"
     script.write_text(SIGINT_AGAIN)
     client = subprocess.Popen([sys.executable, str(script), str(book)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, start_new_session=True, env={**os.environ, "KERNELBOOK_NO_GPU": "1"})
-    for marker in (book / "book" / "part").glob("started-*"):
-        marker.unlink()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list((book / "book" / "part").glob("started-*")):
         time.sleep(0.2)
@@ -868,12 +868,12 @@ def test_a_killed_batch_leaves_every_earlier_notebook_buildable(tmp_path, no_gpu
     toc = book / "_toc.yml"
     for n in range(3):
         (book / "book" / "part" / f"slow{n}.md").write_text(GOOD.replace(
-            "print(f", f"import time\nopen('started-{n}', 'w').close()\ntime.sleep(4)\nprint(f"))
+            "print(f", f"import time\nif size == 5:  # the batch under test, not the one before it\n"
+                       f"    open('started-{n}', 'w').close()\n    time.sleep(4)\nprint(f"))
         toc.write_text(toc.read_text() + f"      - file: book/part/slow{n}\n")
     report, _ = _run(book, book / "out", mode="replay", workers=1)
     assert report.ok
-    for marker in (book / "book" / "part").glob("started-*"):
-        marker.unlink()
+    assert not list((book / "book" / "part").glob("started-*"))  # only the batch under test starts them
     script = tmp_path / "client.py"
     script.write_text(KILLED_CLIENT)
     client = subprocess.Popen([sys.executable, str(script), str(book), str(workers)], stdout=subprocess.DEVNULL,
