@@ -150,7 +150,7 @@ def recorded_on(study, label: str, run: results.Run | None = None) -> DeviceReco
 
 
 FRAME_COLUMNS = ["study", "number", "step", "case", "size", "base_ms", "other_ms", "speedup", "unit", "intensity",
-                 "bytes_source", "ridge", "bound"]
+                 "bytes_source", "ridge", "bound", "other_note"]
 
 
 def _sizes(recording: DeviceRecording, study, case: str) -> set:
@@ -188,8 +188,8 @@ def device_frame(study, base: DeviceRecording, other: DeviceRecording) -> pd.Dat
             if mine is None or mine["value"] is None:
                 continue
             theirs = other.chapters.get(slug)
-            theirs = (find_record(theirs.records, study.time_metric, case, size)
-                      if theirs is not None and theirs.correct else None)
+            note = "not in its run" if theirs is None else None if theirs.correct else "failed its check"
+            theirs = find_record(theirs.records, study.time_metric, case, size) if note is None else None
             other_ms = theirs["value"] if theirs is not None else None
             math_name = step_math(chapter, case)
             metric, cost = unit(math_name)
@@ -200,7 +200,8 @@ def device_frame(study, base: DeviceRecording, other: DeviceRecording) -> pd.Dat
                          "size": size, "base_ms": mine["value"], "other_ms": other_ms,
                          "speedup": mine["value"] / other_ms if other_ms else None, "unit": math_name,
                          "intensity": intensity, "bytes_source": at["bytes_source"] if at is not None else None,
-                         "ridge": ridge, "bound": bound_of(intensity, ridge)})
+                         "ridge": ridge, "bound": bound_of(intensity, ridge),
+                         "other_note": note or (None if other_ms else "not timed at this size")})
     rows.sort(key=lambda row: (row["number"], study.cases.index(row["case"])))   # each step's cases together
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 
@@ -407,8 +408,8 @@ class Comparison:
             study.case_header: frame["case"], "Size": [f"{s:,}" for s in frame["size"]],
             f"{self.base.label}": frame["base_ms"].map(format_ms)})
         if self.other.found:
-            out[f"{self.other.label}"] = [format_ms(v) if v is not None and v == v else "not in its run"
-                                          for v in frame["other_ms"]]
+            out[f"{self.other.label}"] = [format_ms(v) if v is not None and v == v else note
+                                          for v, note in zip(frame["other_ms"], frame["other_note"])]
             out[f"Speed-up ({self.base.label} / {self.other.label})"] = [f"{v:.2f}×" if v is not None and v == v else "–"
                                                               for v in frame["speedup"]]
         out["Bound (H100)"] = frame["bound"]

@@ -30,7 +30,8 @@ def _run(root, device, copy_gbs, speedup=None, ceilings=True, steps=None, unprof
     """A run of ``device`` holding every LeNet step (or ``steps``), their Nsight Compute DRAM bytes
     and, when ``ceilings``, the device's measured ceilings."""
     run = results.create_run({"device": device, "commit": "abc123def456", "host": "test"}, root=root)
-    for i, slug in enumerate(steps or STUDY.steps.slugs()):
+    for slug in steps or STUDY.steps.slugs():
+        i = STUDY.steps.slugs().index(slug)
         recs, ncu = [], []
         for layer in STUDY.cases:
             recs.append(results.record("lenet", slug, layer, None, "correct", 1.0))
@@ -226,9 +227,13 @@ def test_an_h200_run_missing_a_step_says_so_in_its_cell(results_root):
     assert other.run.run_id == h200.run_id and "tiled" not in other.chapters
     assert _row(view.frame, "tiled").isna()["speedup"]
     assert "not in its run" in view.table().to_html()
+    other.chapters["sweep"].recording.records[0]["value"] = 0.0       # its check failed
+    view = crossdevice.Comparison(STUDY, base, other)
+    assert _row(view.frame, "sweep").isna()["speedup"] and "failed its check" in view.table().to_html()
     lines = crossdevice.moved_lines(view.frame, view.ratio)
     crossdevice.check_lines(view.frame, lines, view.ratio)
-    assert "03 tiled" not in "\n".join(lines) and "of the 32 rows" in "\n".join(lines)
+    assert "03 tiled" not in "\n".join(lines) and "02 sweep" not in "\n".join(lines)
+    assert "of the 30 rows" in "\n".join(lines)
 
 
 def test_the_figure_draws_both_ridges_and_the_bandwidth_ratio(two_devices):
