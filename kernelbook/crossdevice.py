@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from . import results
+from .bookrun import book_run
 from .errors import ResultsError
 from .evidence.ceilings import ceilings_for
 from .evidence.datasheet import PEAK_TITLES, datasheet_for
@@ -52,38 +53,6 @@ BAND_WORDS = {
 
 
 # ----------------------------------------------------------------------------- the runs
-
-
-def _stand_in_book_run(study, device: str | None):
-    """The run of ``device`` (a substring of its name; None: the device of the newest run holding
-    the study's last step) that holds the most of the study's steps, the newest of those."""
-    if device is None:
-        from .bookrun import book_device
-
-        name = book_device(study)
-        if name is None:
-            return None
-        match = lambda run: run.device == name  # noqa: E731
-    else:
-        match = lambda run: device.lower() in run.device.lower()  # noqa: E731
-    parts = [study.part(slug) for slug in study.steps.slugs()]
-    best, held_best = None, 0
-    for run in results.list_runs():   # oldest first: a tie goes to the newer run
-        if results.is_candidate(run) or not match(run):
-            continue
-        held = sum(run.has_part(p) for p in parts)
-        if held and held >= held_best:
-            best, held_best = run, held
-    return best
-
-
-def book_run(study, device: str | None):
-    """The book's run of ``study`` on ``device`` (``bookrun.book_run``; until that exists, the run
-    of that device holding the most of the study's steps)."""
-    from . import bookrun
-
-    chosen = getattr(bookrun, "book_run", None)
-    return chosen(study, device) if chosen is not None else _stand_in_book_run(study, device)
 
 
 @dataclass

@@ -264,13 +264,19 @@ def test_the_page_runs_on_the_two_runs_and_shows_the_checked_figure(two_devices,
     """book/devices.md executed by the batch on the store made here: the figure drawn without a
     fault, and the computed sentences on the page."""
     import json
+    import shutil
 
+    from kernelbook import paths
     from kernelbook.batch import run_batch
 
     h100, h200 = two_devices
+    (tmp_path / "book").mkdir()
+    for page in ("intro.md", "devices.md"):
+        shutil.copy(paths.book_dir() / page, tmp_path / "book" / page)
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/devices\n")
     lines = []
     report = run_batch(only="devices", mode="replay", out_dir=tmp_path / "executed", log=lines.append,
-                       progress_bar=False)
+                       progress_bar=False, toc=tmp_path / "_toc.yml", book_root=tmp_path / "book")
     assert not report.failed, lines
     cells = json.loads((tmp_path / "executed" / "devices.ipynb").read_text())["cells"]
     outputs = [o for c in cells for o in c.get("outputs", [])]
