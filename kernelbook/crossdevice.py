@@ -1,9 +1,9 @@
 """One study's steps on two devices: the book's run of the study on the H100 beside its run on the
 H200, each step's time on both, their ratio, and what bounds the step on the H100.
 
-The H200 is a Hopper of the same SMs and clocks as the H100 with about 1.4 times its memory
-bandwidth, so a step bound by its bytes should move by about the bandwidth ratio and a step bound
-by its arithmetic should not. Which bound a step is under is read from its H100 run: its
+The H200 is a Hopper built from the H100's SMs with a memory of about 1.4 times its bandwidth (the
+datasheets), so a step bound by its bytes should move by about the bandwidth ratio and a step
+bound by its arithmetic should not. The book's run of a study on a device is ``bookrun.book_run``'s. Which bound a step is under is read from its H100 run: its
 arithmetic intensity (its FLOPs over the DRAM bytes Nsight Compute counted, else over the fewest
 bytes the problem must move, as ``evidence.roofline`` places it) against the ridge point of the
 unit it runs on (``evidence.floor.unit``: the unit's rate over the memory's bandwidth). The rates
