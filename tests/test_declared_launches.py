@@ -84,3 +84,23 @@ def test_every_step_declares_its_launches_and_the_core_launches_them():
                 own.append((study.STEPS.study, step.slug))
     assert not undeclared, f"steps that declare no launches(): {undeclared}"
     assert not own, f"steps that override the core's launch(): {own}"
+
+
+def test_the_streams_step_launches_a_chunk_the_layer_pipeline_hands_it(monkeypatch):
+    """LeNet step 05's layer pipeline launches the kernel alone on a chunk it sliced itself (no
+    start:stop key): the launch covers that chunk, never a failure on an empty key."""
+    from launch_recorder import Named
+
+    from kernelbook.lenet import STEPS, layer_shape
+
+    impl = STEPS.impl("streams")
+    params = impl.params()
+    calls = []
+    monkeypatch.setattr(type(impl), "kernel", lambda self, name, p, shape: (
+        lambda grid, block, args, shared_mem=0, stream=None: calls.append((grid, args))))
+    monkeypatch.setattr("kernelbook.steps.opt_in", lambda kernel, launch: None, raising=False)
+    chunk = layer_shape("C1", 3)
+    impl.launch_kernel(Named("y[0:3]"), Named("x[0:3]"), chunk, params)
+    (grid, args), = calls
+    assert [getattr(a, "name", None) for a in args[:2]] == ["y[0:3]", "x[0:3]"]
+    assert int(args[2]) == 3   # the chunk's images, as handed in

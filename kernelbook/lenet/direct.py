@@ -269,6 +269,8 @@ class Streams(RestrictUnroll):
         return ConvShape(stop - start, shape.M, shape.C, shape.H, shape.W, shape.K)
 
     def launch_args(self, launch, y, operands, shape, params):
+        if not launch.key:   # the layer pipeline's launch: its chunk is the whole problem it hands in
+            return super().launch_args(launch, y, operands, shape, params)
         start, stop = map(int, launch.key.split(":"))
         x, k = operands
         return super().launch_args(launch, y[start:stop], (x[start:stop], k), self.part(shape, start, stop), params)
