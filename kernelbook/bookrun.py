@@ -5,116 +5,17 @@ the summary reads (a reader's run on another GPU stands beside them, never mixed
 from __future__ import annotations
 
 from . import results, stepdata
-from .errors import ParameterError
+from .bookrecording import (  # noqa: F401
+    _CHOSEN,
+    DEFAULT_DEVICE,
+    book_device,
+    book_run,
+    choose,
+    complete,
+    recorded_devices,
+    replay_target,
+)
 from .evidence.vendor import vendor
-
-#: The GPU whose recording a page shows when it is not told otherwise (a page's ``device=``).
-DEFAULT_DEVICE = "H100"
-
-
-def _on(run: results.Run, device: str) -> bool:
-    return device.strip().lower() in run.device.lower()
-
-
-def complete(study, run: results.Run) -> bool:
-    """Whether ``run`` holds every step of ``study`` (a recording of the whole study)."""
-    return all(run.has_part(study.part(slug)) for slug in study.steps.slugs())
-
-
-def book_run(study, device: str | None = None) -> results.Run | None:
-    """The book's recording of ``study`` on ``device`` (part of the GPU's name, e.g. "H200"; None:
-    ``DEFAULT_DEVICE``): the newest run made on that GPU that holds every step of the study, so
-    that a page reads every number from one run. None when no run does."""
-    want = device or DEFAULT_DEVICE
-    for run in reversed(results.runs_with(study.part(study.steps.steps[-1].slug))):
-        if _on(run, want) and complete(study, run):
-            return run
-    return None
-
-
-def recorded_devices(study) -> list[str]:
-    """The GPUs some run of ``study``'s last step was made on, oldest first."""
-    return list(dict.fromkeys(run.device for run in results.runs_with(study.part(study.steps.steps[-1].slug))))
-
-
-def book_device(study) -> str | None:
-    """The GPU the book's recording of ``study`` was made on: that of ``book_run`` when the study
-    has a whole recording, else that of the newest run holding its last step. A reader's run on
-    another GPU (an older one, which cannot run the Hopper steps) stands beside it in the devices
-    table, never mixed into its rows."""
-    found = book_run(study, _CHOSEN.get("device"))
-    if found is not None:
-        return found.device
-    runs = results.runs_with(study.part(study.steps.steps[-1].slug))
-    return runs[-1].device if runs else None
-
-
-#: The GPU a page that spans studies (the summary) was asked to show (``choose``).
-_CHOSEN: dict = {}
-
-
-def choose(device: str | None, studies=()) -> None:
-    """Show the book's recordings on ``device`` on a page that spans ``studies`` (None: the
-    default GPU); an error when none of them has a whole recording made on that GPU."""
-    _CHOSEN.clear()
-    if device is None:
-        return
-    device = _device_name(device)
-    if studies and all(book_run(study, device) is None for study in studies):
-        recorded = sorted({d for study in studies for d in recorded_devices(study)})
-        raise ParameterError(f"No study has a whole recording made on a GPU named {device!r}"
-                             + (f"; they were recorded on: {', '.join(recorded)}." if recorded else "."),
-                             "pass device= one of those (part of its name, e.g. 'H100'), or device=None.")
-    _CHOSEN["device"] = device
-
-
-def _device_name(device) -> str:
-    if not isinstance(device, str) or not device.strip():
-        raise ParameterError(f"device={device!r} must name a GPU, e.g. 'H100' or 'H200'.",
-                             "pass device='H200' (part of the GPU's name), or device=None for the book's default.")
-    return device.strip()
-
-
-def replay_target(study, mode: str, replay_run: str | None, device: str | None) -> tuple[str, str | None]:
-    """The mode and run a page of ``study`` uses, and the pin that keeps it to one run.
-
-    ``device`` (part of a GPU's name) asks for the book's recording made on that GPU: the page
-    replays it even where a GPU could measure. Replaying without ``replay_run``, a page shows the
-    book's recording of its study (``book_run``) and reads every part from it alone; a run given
-    by ``replay_run`` is read alone too when it is a whole recording of the study."""
-    from . import session
-
-    if device is not None:
-        device = _device_name(device)
-        if mode == "measure":
-            raise ParameterError(f"device={device!r} picks a recording to replay, but mode='measure' measures "
-                                 "this machine's GPU.", "leave device=None to measure here, or pass mode='replay'.")
-        if replay_run is not None:
-            raise ParameterError(f"device={device!r} and replay_run={replay_run!r} both pick a recording.",
-                                 "pass one of them.")
-        mode = "replay"
-    if session.resolve_mode(mode)[0] != "replay":
-        session.pin(None)
-        return mode, replay_run
-    if replay_run is not None:
-        run = results.load_run(results.validate_run_id(replay_run))
-        if complete(study, run):
-            session.pin(run.run_id, f"A whole recording of this study on the {run.device}, chosen by `replay_run`.")
-        return mode, replay_run
-    run = book_run(study, device)
-    if run is None and device is not None:
-        recorded = recorded_devices(study)
-        raise ParameterError(f"No run made on a GPU named {device!r} holds every step of the {study.title}"
-                             + (f" (its steps were recorded on: {', '.join(recorded)})." if recorded else "."),
-                             "pass device= one of those (part of its name, e.g. 'H100'), or device=None.")
-    if run is None:   # no whole recording yet: each part from the newest run that holds it
-        session.pin(None)
-        return mode, None
-    others = [d for d in recorded_devices(study) if not _on(run, d) and book_run(study, d) is not None]
-    note = (f"The book's recording of this study on the {run.device}"
-            + (f"; pass `device=` with {' or '.join(repr(o) for o in others)} for the other GPU's." if others else "."))
-    session.pin(run.run_id, note)
-    return mode, run.run_id
 
 
 def load_recorded(study, step: str, prefer_run: str | None = None):

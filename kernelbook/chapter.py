@@ -228,7 +228,7 @@ def run_chapter(study: Study, step: str, params: dict | None = None, case_params
     reader gave (a value left to the study is whatever the recording was made with). Replaying,
     the page shows the book's recording of the study on ``device`` (part of a GPU's name, e.g.
     "H200"; None: the book's default GPU) and reads every number from that one run."""
-    from .bookrun import replay_target
+    from .bookrecording import replay_target
 
     mode, replay_run = replay_target(study, mode, replay_run, device)
     entry = study.steps.get(step)

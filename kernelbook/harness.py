@@ -170,18 +170,26 @@ def problems(study, sizes: list, cases: list | None = None) -> list[tuple[str, A
 
 @timed("time")
 def measure(study, impl, case_params: dict[str, dict], sizes: list, repeats: int, warmup: int,
-            options: dict, timer=None, cases: list | None = None, size_records: bool = True) -> list[dict]:
+            options: dict, timer=None, cases: list | None = None, size_records: bool = True,
+            case_records: bool = True) -> list[dict]:
     """Time a checked step on every problem (of ``cases`` only, when given): ``op_time_ms`` (the
     step's launches alone, operands on the device, compiled first) plus the study's own records
-    (``size_records=False``: the per-case ones only, as a sweep needs), all with one timer."""
+    (``size_records=False``: the per-case ones only, as a sweep needs; ``case_records=False``: the
+    op time alone, as a sweep of it needs), all with one timer. A study's record that moves its data
+    across PCIe (a round trip of hundreds of milliseconds) may ask ``time(fn, repeats=n)`` for at
+    most ``n`` repeats after one warm-up: the samples kept say how many."""
     from .measure import time_gpu
 
     timer = timer or time_gpu
     label = timing_label(impl)
     xp = study.array_module()
 
-    def time(fn, graph: bool = False, timing: str | None = None):
-        return timer(fn, repeats, warmup, graph=graph, timing=timing or label)
+    def time(fn, graph: bool = False, timing: str | None = None, repeats: int | None = None):
+        if repeats is not None:
+            return timer(fn, min(repeats, chosen_repeats), min(warmup, 1), graph=graph, timing=timing or label)
+        return timer(fn, chosen_repeats, warmup, graph=graph, timing=timing or label)
+
+    chosen_repeats = repeats
 
     context = study.timing_context(impl, case_params, sizes, options)
     records: list[dict] = []
@@ -208,8 +216,8 @@ def measure(study, impl, case_params: dict[str, dict], sizes: list, repeats: int
         common = {"flops": shape.flops, "min_bytes": shape.min_bytes, "precision": impl.precision, "params": params}
         batch = study.size_of(case, size)
         records.append(results.record(study.name, impl.slug, case, batch, "op_time_ms", op, **common))
-        for metric, value, unit in study.case_records(impl, case, shape, params, operands, run, output, op, context,
-                                                      time):
+        for metric, value, unit in (study.case_records(impl, case, shape, params, operands, run, output, op, context,
+                                                       time) if case_records else ()):
             records.append(results.record(study.name, impl.slug, case, batch, metric, value, unit, **common))
         del y, operands, run, output  # free the device buffers before the next problem
         last = size

@@ -116,6 +116,8 @@ def timing_note(records: list[dict], metrics) -> str:
             host = [r["host_ms"] for r in records if r["metric"] == metric and r.get("host_ms") is not None]
             calls = [f"{r['calls_per_replay']} at {r['layer']}" + (f" ({r['size']:,})" if r.get("size") else "")
                      for r in records if r["metric"] == metric and r.get("calls_per_replay")]
+            counts = sorted({len(r["samples"]) for r in records if r["metric"] == metric and r.get("samples")})
+            words += f", median of {' or '.join(map(str, counts))} repeats" if counts else ""
             parts.append(f"{metric}: {words}" + (f"; R = {', '.join(dict.fromkeys(calls))}" if calls else "")
                          + (" (host time recorded beside it)" if host else ""))
     return ("Timed by — " + " | ".join(parts) + ".") if parts else ""

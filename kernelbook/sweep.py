@@ -189,7 +189,7 @@ def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, w
     wanted = [(case, size) for case, size in pairs if case in ok]
     try:
         records = harness.measure(study, impl, case_params, sizes, repeats, warmup, options or {}, timer=timer,
-                                  cases=ok, size_records=False)
+                                  cases=ok, size_records=False, case_records=sweep.metric != "op_time_ms")
         return {(case, size): pick(records, case, size) for case, size in wanted}, {}
     except KernelbookError:
         pass  # some problem refused: time each alone below
@@ -198,7 +198,7 @@ def _time_config(study, impl, sweep, params, cases, ok, pairs, sizes, repeats, w
         try:
             records = harness.measure(study, impl, case_params, [case] if study.rows == "cases" else [size],
                                       repeats, warmup, options or {}, timer=timer, cases=[case],
-                                      size_records=False)
+                                      size_records=False, case_records=sweep.metric != "op_time_ms")
             timed[(case, size)] = pick(records, case, size)
         except KernelbookError as exc:
             refused[(case, size)] = f"refused: {exc.message}"
@@ -216,7 +216,7 @@ def run_sweep(study, sweep: Sweep, *, mode: str = "auto", run_id: str | None = N
     ``required=False`` returns an empty result (``found`` False) where nothing was recorded;
     ``sizes_name``: the page's parameter that gave ``sizes`` (``sweep_batch_sizes``), as errors name it;
     ``device``: replay the book's recording made on that GPU (``bookrun.replay_target``)."""
-    from .bookrun import replay_target
+    from .bookrecording import replay_target
 
     mode, replay_run = replay_target(study, mode, replay_run, device)
     configs = sweep.configurations()

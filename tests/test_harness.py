@@ -302,3 +302,34 @@ def test_a_sweep_of_a_metric_the_study_never_records_is_refused(results_root, mo
     with pytest.raises(ParameterError, match="records no 'layer_time_ms'"):
         run_sweep(STUDY, Sweep("double", axes={"limit": [64]}, sizes=(2,), metric="layer_time_ms"), mode="measure",
                   run_id="20261123T0000Z-eeeeee", timer=fake_timer)
+
+
+def test_a_round_trip_is_timed_at_most_its_repeats_and_the_note_says_how_many():
+    """A record that moves its data across PCIe asks for fewer repeats after one warm-up; the op
+    time keeps the chapter's; the timing note names the count of each; a sweep of the op time
+    skips the study's other records."""
+    from kernelbook.report import timing_note
+
+    calls = []
+
+    def timer(fn, repeats, warmup, graph=False, timing="events"):
+        calls.append((repeats, warmup))
+        return Measured([1.0] * repeats, extra={"timing": timing})
+
+    class RoundTrip(Toy):
+        def case_records(self, impl, case, shape, params, operands, run, output, op, context, time):
+            return [("layer_time_ms", time(run, timing="events", repeats=5), "ms")]
+
+    study = RoundTrip()
+    params = {case: {"limit": 64} for case in study.cases}
+    records = harness.measure(study, study.impl("double"), params, [2], 20, 3, {}, timer=timer, size_records=False)
+    assert calls == [(20, 3), (5, 1)] * 2
+    note = timing_note(records, ["op_time_ms", "layer_time_ms"])
+    assert "median of 20 repeats" in note and "median of 5 repeats" in note
+    calls.clear()
+    harness.measure(study, study.impl("double"), params, [2], 3, 3, {}, timer=timer, size_records=False,
+                    case_records=False)
+    assert calls == [(3, 3)] * 2   # the op time alone
+    calls.clear()
+    harness.measure(study, study.impl("double"), params, [2], 3, 3, {}, timer=timer, size_records=False)
+    assert calls == [(3, 3), (3, 1)] * 2   # a reader's fewer repeats are kept

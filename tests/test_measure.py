@@ -110,3 +110,4 @@ def test_the_summary_says_how_many_calls_a_replay_held():
     caption = _timing_caption(["cuda-graph-calls", "cuda-graph"])
     assert "2 timing methods" in caption and "spreads over its R calls" in caption
     assert "Timed by: 'graph of calls'" in _timing_caption(["cuda-graph-calls", "cuda-graph-calls"])
+

@@ -107,7 +107,7 @@ def open_page(study, mode: str = "auto", run_id: str | None = None, replay_run: 
     """Measure the ceilings and the vendor library into one run (or replay them: from the book's
     recording of the study on ``device`` when there is one, else from the same study's run:
     ``study_run``)."""
-    from ..bookrun import replay_target
+    from ..bookrecording import replay_target
 
     given = replay_run
     mode, replay_run = replay_target(study, mode, replay_run, device)

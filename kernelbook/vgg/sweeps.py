@@ -61,7 +61,7 @@ def run_batch_sweep(mode: str = "auto", run_id: str | None = None, replay_run: s
     cuDNN channels_last at the three precisions is part ``vgg-cudnn-batch``, timed in the same
     run. Nothing recorded: empty results, which the table and the figure show as such."""
     from .. import harness, session
-    from ..bookrun import replay_target
+    from ..bookrecording import replay_target
     from ..evidence.vendor import torch_cuda_status
     from ..sweep import run_sweep
 
