@@ -35,6 +35,8 @@
 #                       named while others are is skipped), an entry without a prefix for all
 #   SANITIZE_LAYERS     comma-separated cases the sanitizer launches (default: every case), prefixed
 #                       the same way
+#   AFTER_TESTS         GPU tests run after the batch, beside the sanitizer on a GPU of their own
+#                       (e.g. tests/test_mlp_gpu.py; GPU_TESTS=none then skips the ones before it)
 #   SEQUENTIAL_FIRST    1: before the batch, measure the same notebooks sequentially (no Dask) into
 #                       their own run; steps.txt then gives both wall times, e.g. the dask-cuda check:
 #                       SEQUENTIAL_FIRST=1 GPU_TESTS=none SANITIZE_STUDIES=none \
@@ -160,8 +162,15 @@ note "wall time: batch $* $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{print
 finish_step "kernelbook run --mode measure $*" "$rc"
 
 # 4b. compute-sanitizer over every kernel, recorded into the batch's run (after the batch, so
-# each variant is checked with the configuration its chapter timed) --------------------------
+# each variant is checked with the configuration its chapter timed). On a host of several GPUs
+# the studies run side by side, one GPU each (their parts are separate files of the run); the
+# GPU tests named by AFTER_TESTS run beside them on the next GPU. ---------------------------
 batch_run=$("$PY" -c "import json; print(json.load(open('_build/executed/batch.json'))['run_id'])" 2>/dev/null)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${gpus:-0}" -ge 1 ] || gpus=1
+slot=0
+pids=()
+names=()
 if [ "${SANITIZE_STUDIES:-kernelbook.lenet}" = "none" ]; then
   note "skipped sanitizer: SANITIZE_STUDIES=none"
 elif [ -n "$batch_run" ] && [ -d "data/results/$batch_run" ]; then
@@ -171,14 +180,35 @@ elif [ -n "$batch_run" ] && [ -d "data/results/$batch_run" ]; then
     if [ -n "${SANITIZE_STEPS:-}" ] && [ -z "$steps" ]; then
       note "skipped sanitizer for $study: SANITIZE_STEPS names none of its steps"; continue
     fi
-    timeout "${SANITIZE_TIMEOUT:-300}" "$PY" scripts/sanitize.py --study "$study" --run-id "$batch_run" \
-      ${steps:+--steps "$steps"} ${layers:+--layers "$layers"} 2>&1 \
-      | tee -a "$LOGS/sanitize.log" | tail -5
-    finish_step "scripts/sanitize.py --study $study --run-id $batch_run" "${PIPESTATUS[0]}"
+    name="scripts/sanitize.py --study $study --run-id $batch_run (GPU $((slot % gpus)))"
+    CUDA_VISIBLE_DEVICES=$((slot % gpus)) timeout "${SANITIZE_TIMEOUT:-300}" \
+      "$PY" scripts/sanitize.py --study "$study" --run-id "$batch_run" \
+      ${steps:+--steps "$steps"} ${layers:+--layers "$layers"} > "$LOGS/sanitize-${study##*.}.log" 2>&1 &
+    if [ "$gpus" -le 1 ]; then   # one GPU: one study after another
+      wait $!
+      finish_step "$name" $?
+    else
+      pids+=($!)
+      names+=("$name")
+    fi
+    slot=$((slot + 1))
   done
 else
   note "skipped sanitizer: the batch recorded no run"
 fi
+if [ -n "${AFTER_TESTS:-}" ]; then
+  # shellcheck disable=SC2086  # AFTER_TESTS is a list of test paths
+  CUDA_VISIBLE_DEVICES=$((slot % gpus)) timeout "${GPU_TESTS_TIMEOUT:-100000}" "$PY" -m pytest -m gpu -q \
+    ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} $AFTER_TESTS > "$LOGS/pytest-gpu.log" 2>&1 &
+  pids+=($!)
+  names+=("pytest -m gpu $AFTER_TESTS (GPU $((slot % gpus)))")
+fi
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}"
+  finish_step "${names[$i]}" $?
+done
+[ -f "$LOGS/pytest-gpu.log" ] && tail -3 "$LOGS/pytest-gpu.log"
+for log in "$LOGS"/sanitize-*.log; do [ -f "$log" ] && tail -3 "$log"; done
 
 # 5. pack ---------------------------------------------------------------------------------------
 new_runs=()
