@@ -35,6 +35,8 @@
 #                       named while others are is skipped), an entry without a prefix for all
 #   SANITIZE_LAYERS     comma-separated cases the sanitizer launches (default: every case), prefixed
 #                       the same way
+#   DEADLINE            epoch seconds by which the sanitizer and AFTER_TESTS must end (their timeout
+#                       is what is left then; packing follows)
 #   AFTER_TESTS         GPU tests run after the batch, beside the sanitizer on a GPU of their own
 #                       (e.g. tests/test_mlp_gpu.py; GPU_TESTS=none then skips the ones before it)
 #   SEQUENTIAL_FIRST    1: before the batch, measure the same notebooks sequentially (no Dask) into
@@ -167,6 +169,12 @@ finish_step "kernelbook run --mode measure $*" "$rc"
 # GPU tests named by AFTER_TESTS run beside them on the next GPU. ---------------------------
 batch_run=$("$PY" -c "import json; print(json.load(open('_build/executed/batch.json'))['run_id'])" 2>/dev/null)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ -n "${DEADLINE:-}" ]; then   # the sanitizer and the tests get what is left until DEADLINE
+  left=$(( DEADLINE - $(date +%s) - 15 ))
+  [ "$left" -ge 10 ] || left=10
+  SANITIZE_TIMEOUT=$left GPU_TESTS_TIMEOUT=$left
+  note "after the batch: ${left} s left until DEADLINE for the sanitizer and the tests"
+fi
 [ "${gpus:-0}" -ge 1 ] || gpus=1
 slot=0
 pids=()
