@@ -31,6 +31,10 @@ def _key(entry) -> str:
            f"{json.dumps(entry['params'], sort_keys=True)}"
 
 
+#: The table by case, indexed once for all the cases.
+EXPECTED_BY_KEY = {_key(e): e for e in EXPECTED}
+
+
 def test_the_table_covers_every_case_and_refuses_some():
     cases = [(study, impl.slug, shape, over) for study, impl, shape, over in all_cases()]
     assert len(cases) == len(EXPECTED)
@@ -41,9 +45,8 @@ def test_the_table_covers_every_case_and_refuses_some():
 @pytest.mark.parametrize("study, impl, shape, overrides",
                          [pytest.param(*c, id=f"{c[0]}-{c[1].slug}-{i}") for i, c in enumerate(all_cases())])
 def test_launches_match_the_recorded_table(study, impl, shape, overrides, monkeypatch):
-    expected = {_key(e): e for e in EXPECTED}
     got = json.loads(json.dumps(record_case(study, impl, shape, overrides, monkeypatch)))
-    want = expected[_key(got)]
+    want = EXPECTED_BY_KEY[_key(got)]
     assert got.get("refused") == want.get("refused")
     assert got.get("prepared") == want.get("prepared")
     assert got.get("launches") == want.get("launches")
