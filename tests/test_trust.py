@@ -98,6 +98,7 @@ WRITER = r"""
 import sys
 from kernelbook import results
 i = 0
+print("writing", flush=True)
 while True:
     run = results.create_run({"device": {"name": "X"}, "commit": "c", "host": "h"})
     run.write_part("lenet-baseline", "lenet", [results.record("lenet", "baseline", "C1", 1, "op_time_ms", float(i))])
@@ -111,9 +112,11 @@ def test_a_killed_writer_never_leaves_a_readable_run_without_its_manifest(result
     for attempt in range(12):  # bounded in count and in time
         if time.monotonic() > deadline:
             break
-        proc = subprocess.Popen([sys.executable, "-c", WRITER], env=env)
-        time.sleep(0.25 + 0.07 * attempt)
+        proc = subprocess.Popen([sys.executable, "-c", WRITER], env=env, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline() == "writing\n"  # imported: the kill lands among its writes
+        time.sleep(0.005 + 0.02 * attempt)
         proc.send_signal(signal.SIGKILL)
+        proc.stdout.close()
         proc.wait(timeout=10)
         for path in results_root.iterdir():
             if results.RUN_ID_PATTERN.match(path.name):
