@@ -763,7 +763,7 @@ def test_ctrl_c_at_the_terminal_prints_nothing_else_and_keeps_every_earlier_note
     for n in range(4):
         (book / "book" / "part" / f"slow{n}.md").write_text(GOOD.replace(
             "print(f", f"import time\nif size == 5:  # the batch under test, not the one before it\n"
-                       f"    open('started-{n}', 'w').close()\n    time.sleep(2)\nprint(f"))
+                       f"    open('started-{n}', 'w').close()\n    time.sleep(4)\nprint(f"))
         toc.write_text(toc.read_text() + f"      - file: book/part/slow{n}\n")
     report, _ = _run(book, book / "out", mode="replay", workers=1)
     assert report.ok
