@@ -9,7 +9,7 @@
 #                                  a local Dask cluster of one worker per core; measuring, 1)
 #   make book FORCE=1              execute every notebook (by default a replay keeps those whose inputs are unchanged)
 #   make book GPUS=2               measure on two GPUs, one dask-cuda worker each (pip install -e '.[gpus]')
-#   make test                      lint (ruff), then the tests that need no GPU, but the whole-book ones
+#   make test                      lint (ruff), then the tests that need no GPU, but the whole-book ones (one worker per core)
 #   make test-book                 the tests that read the whole book: one strict replay + build (minutes)
 #   make test-gpu                  the tests that need a CUDA GPU
 #   make render                    screenshots of every page in headless Chromium (1280 and 400 px) into _build/screens
@@ -68,7 +68,7 @@ build: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check kernelbook tests scripts
-	$(BIN)/python -m pytest -m "not gpu and not book" -v
+	$(BIN)/python -m pytest -m "not gpu and not book" -n auto -v
 
 # The one strict whole-book build of CI (tests/test_book.py's fixture): .ci/run calls it after `make test`.
 test-book: $(STAMP) browser

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
+
+# One BLAS thread per test process, set before NumPy loads: `make test` runs one worker per core
+# (pytest -n), and BLAS threads of their own would only wait for a core, spinning.
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
 import pytest
 
 from kernelbook import gpu, results
 
 
 def pytest_collection_modifyitems(config, items):
+    # The long tests (marked slow) first, in their order: the workers of `make test` (pytest -n) then
+    # share them out from the start and end together, rather than one waiting on a long test at the end.
+    items.sort(key=lambda item: "slow" not in item.keywords)
     if gpu.available():
         return
     skip = pytest.mark.skip(reason=f"needs a CUDA GPU ({gpu.availability()[1]})")

@@ -264,6 +264,7 @@ def test_accuracy() -> None:
 # --------------------------------------------------------------------------- shipped weights
 
 
+@pytest.mark.slow
 def test_shipped_weights_reach_088_on_the_test_set() -> None:
     from kernelbook.lenet.data import load_test_set
 

@@ -34,6 +34,7 @@ def builds() -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_every_step_that_needs_no_hopper_compiles_for_sm80(tmp_path):
     jobs = builds()
     assert len(jobs) > 40   # every study's non-Hopper steps, each build once
