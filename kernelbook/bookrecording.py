@@ -11,7 +11,8 @@ from __future__ import annotations
 from . import results
 from .errors import ParameterError
 
-#: The GPU whose recording a page shows when it is not told otherwise (a page's ``device=``).
+#: The GPU whose recording a page shows when it is not told otherwise (a page's ``device=``), when
+#: it has a whole recording of the study; else the newest whole recording of any GPU is shown.
 DEFAULT_DEVICE = "H100"
 
 
@@ -25,13 +26,16 @@ def complete(study, run: results.Run) -> bool:
 
 
 def book_run(study, device: str | None = None) -> results.Run | None:
-    """The book's recording of ``study`` on ``device`` (part of the GPU's name, e.g. "H200"; None:
-    ``DEFAULT_DEVICE``): the newest run made on that GPU that holds every step of the study, so
-    that a page reads every number from one run. None when no run does."""
-    want = device or DEFAULT_DEVICE
-    for run in reversed(results.runs_with(study.part(study.steps.steps[-1].slug))):
-        if _on(run, want) and complete(study, run):
-            return run
+    """The book's recording of ``study`` on ``device`` (part of the GPU's name, e.g. "H200"): the
+    newest run made on that GPU that holds every step of the study, so that a page reads every
+    number from one run. ``device`` None: ``DEFAULT_DEVICE``'s when it has one, else the newest
+    whole recording of any GPU. None when no run holds every step."""
+    runs = [run for run in reversed(results.runs_with(study.part(study.steps.steps[-1].slug)))
+            if complete(study, run)]
+    for want in ((device,) if device else (DEFAULT_DEVICE, "")):
+        for run in runs:
+            if _on(run, want):
+                return run
     return None
 
 

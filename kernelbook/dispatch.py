@@ -21,22 +21,31 @@ from .errors import KernelbookError
 
 
 def dependencies(names: list[str]) -> list[set[int]]:
-    """What a measured notebook waits for, so that it reads what the pages before it recorded in
-    this run, as in a sequential batch: the previous page of its folder (a chapter compares with
-    the steps before it; a folder's last page, e.g. its profiles, comes after its chapters) and
-    every top-level page before it; a top-level page (the summary) waits for every page before it."""
+    """What a measured notebook waits for on several GPUs: a top-level page (the summary, the
+    devices page) reads every page before it, so it waits for them; a chapter or a profiles page
+    measures nothing another page records (its comparisons with other steps are only shown), so
+    it waits for the top-level pages before it only, and the study's pages run side by side. The
+    pages a parallel batch shows may therefore compare with a step of an older run where this run
+    had not measured it yet: the book is built by replaying them from the whole run."""
     deps: list[set[int]] = []
-    last: dict[str, int] = {}
     top: list[int] = []
     for index, name in enumerate(names):
-        folder = name.rpartition("/")[0]
-        if not folder:
+        if "/" not in name:
             deps.append(set(range(index)))
             top.append(index)
         else:
-            deps.append(({last[folder]} if folder in last else set()) | set(top))
-            last[folder] = index
+            deps.append(set(top))
     return deps
+
+
+def longest_first(tasks: list[dict], earlier: dict[str, float]) -> list[dict]:
+    """``tasks`` with the notebooks that took longest last time first (those never timed keep
+    their place after them), so that no long page starts last while the other GPUs wait idle.
+    Top-level pages keep their place at the end (they wait for the others anyway)."""
+    chapters = [t for t in tasks if "/" in t["name"]]
+    tops = [t for t in tasks if "/" not in t["name"]]
+    chapters.sort(key=lambda t: -earlier.get(t["name"], 0.0))
+    return chapters + tops
 
 
 def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, live) -> None:
@@ -45,6 +54,8 @@ def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, liv
     from . import cluster
 
     parallel = not isinstance(engine, cluster.Sequential)
+    if measuring and parallel:
+        tasks = longest_first(tasks, {nb.name: nb.seconds for nb in report.earlier if nb.seconds})
     # Positions in ``tasks`` (a batch that keeps unchanged notebooks hands over only the others;
     # ``task["index"]`` is the notebook's place in the batch).
     deps = dependencies([t["name"] for t in tasks]) if measuring and parallel else [set() for _ in tasks]

@@ -442,12 +442,14 @@ def test_each_worker_sees_its_own_gpu_by_index_or_uuid():
     assert devices.visible_gpu("", gpus) is None and devices.visible_gpu("0", []) is None
 
 
-def test_measured_pages_wait_for_the_pages_they_read():
+def test_measured_pages_run_side_by_side_and_the_summary_waits_for_all():
     names = ["intro_page", "lenet/00", "lenet/01", "mlp/00", "lenet/90", "mlp/90", "summary"]
     deps = dispatch.dependencies(names)
-    assert deps[1] == {0} and deps[2] == {0, 1} and deps[3] == {0}  # a chapter after its predecessor
-    assert deps[4] == {0, 2} and deps[5] == {0, 3}  # the profiles after the study's last chapter
+    assert deps[1] == deps[2] == deps[3] == deps[4] == deps[5] == {0}   # only the top-level page before
     assert deps[6] == set(range(6))  # the summary after everything
+    tasks = [{"name": n} for n in names]
+    order = [t["name"] for t in dispatch.longest_first(tasks, {"lenet/01": 50.0, "mlp/90": 80.0, "summary": 99.0})]
+    assert order == ["mlp/90", "lenet/01", "lenet/00", "mlp/00", "lenet/90", "intro_page", "summary"]
 
 
 def test_a_recording_that_names_another_run_is_refused(tmp_path, results_root):

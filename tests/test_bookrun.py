@@ -93,3 +93,12 @@ def test_a_gpu_without_a_recording_or_two_choices_are_refused_with_the_fix(store
         bookrun.replay_target(TOY, "auto", None, "  ")
     with pytest.raises(ParameterError, match="No study has a whole recording"):
         bookrun.choose("A100", [TOY])
+
+
+def test_without_a_whole_recording_on_the_default_gpu_the_newest_whole_one_is_shown(store):
+    recorded(store, H100, ("baseline", "final"), "2026-11-20T00:00:00Z")   # the default GPU: not whole
+    h200 = recorded(store, H200, SLUGS, "2026-11-21T00:00:00Z")
+    assert bookrun.book_run(TOY).run_id == h200.run_id
+    assert bookrun.book_run(TOY, "H100") is None
+    mode, run_id = bookrun.replay_target(TOY, "auto", None, None)
+    assert run_id == h200.run_id and "NVIDIA H200" in session.pinned()[1]
