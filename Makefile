@@ -68,7 +68,7 @@ build: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check kernelbook tests scripts
-	$(BIN)/python -m pytest -m "not gpu and not book" -n auto -v
+	$(BIN)/python -m pytest -m "not gpu and not book" -n auto --maxschedchunk 2 -v
 
 # The one strict whole-book build of CI (tests/test_book.py's fixture): .ci/run calls it after `make test`.
 test-book: $(STAMP) browser

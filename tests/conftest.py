@@ -15,8 +15,9 @@ from kernelbook import gpu, results
 
 
 def pytest_collection_modifyitems(config, items):
-    # The long tests (marked slow) first, in their order: the workers of `make test` (pytest -n) then
-    # share them out from the start and end together, rather than one waiting on a long test at the end.
+    # The long tests (marked slow) first, in their order: the workers of `make test` (pytest -n, two
+    # tests handed out at a time) then share them out from the start and end together, rather than
+    # one waiting on a long test at the end.
     items.sort(key=lambda item: "slow" not in item.keywords)
     if gpu.available():
         return
