@@ -198,12 +198,16 @@ def band(speedup: float, ratio: float) -> str:
 
 _GROUP = re.compile(r"(?P<number>\d{2}) (?P<step>[a-z0-9][a-z0-9-]*) \((?P<cases>[^()]*)\)")
 _CASE = re.compile(r"^(?P<case>\S+) (?P<speedup>\d+\.\d{2})×$")
-_HEAD = re.compile(r"^(?P<count>\d+) of the (?P<total>\d+) rows timed on both devices (?P<words>.+?): ")
-_BOUND_LINE = re.compile(r"^Of the (?P<total>\d+) rows bound by (?P<bound>bytes|arithmetic) on the H100, "
+_HEAD = re.compile(r"^(?P<count>\d+) of the (?P<total>\d+) rows? timed on both devices (?P<words>.+?): ")
+_BOUND_LINE = re.compile(r"^Of the (?P<total>\d+) rows? bound by (?P<bound>bytes|arithmetic) on the H100, "
                          r"(?P<count>\d+) moved by about the bandwidth ratio")
 #: What a bound's sentence lists: the rows that went against what the bound predicts (bytes-bound
 #: rows that did not move with the bandwidth, arithmetic-bound rows that did).
 LISTED = {"bytes": ("; the others: ", False), "arithmetic": (": ", True)}
+
+
+def _rows(count: int) -> str:
+    return f"{count} row{'' if count == 1 else 's'}"
 
 
 def _named(rows) -> str:
@@ -242,14 +246,14 @@ def moved_lines(frame: pd.DataFrame, ratio: float | None, other_label: str = OTH
     lines = [f"The bandwidth ratio is {ratio:.2f}× (a row within {ABOUT:.0%} of it moved with the bandwidth)."]
     for name in BANDS:
         if bands[name]:
-            lines.append(f"{len(bands[name])} of the {total} rows timed on both devices {BAND_WORDS[name]}: "
+            lines.append(f"{len(bands[name])} of the {_rows(total)} timed on both devices {BAND_WORDS[name]}: "
                          + _named(bands[name]) + ".")
     for bound, (lead, moved_ones) in LISTED.items():
         mine = [row for _, row in both[both["bound"] == bound].iterrows()]
         if mine:
             moved = [row for row in mine if band(row["speedup"], ratio) == "bandwidth"]
             listed = moved if moved_ones else [row for row in mine if band(row["speedup"], ratio) != "bandwidth"]
-            lines.append(f"Of the {len(mine)} rows bound by {bound} on the H100, {len(moved)} moved by about the "
+            lines.append(f"Of the {_rows(len(mine))} bound by {bound} on the H100, {len(moved)} moved by about the "
                          "bandwidth ratio" + (lead + _named(listed) if listed else "") + ".")
     return lines
 

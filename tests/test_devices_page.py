@@ -234,6 +234,12 @@ def test_an_h200_run_missing_a_step_says_so_in_its_cell(results_root):
     crossdevice.check_lines(view.frame, lines, view.ratio)
     assert "03 tiled" not in "\n".join(lines) and "02 sweep" not in "\n".join(lines)
     assert "of the 30 rows" in "\n".join(lines)
+    one = view.frame[view.frame["step"] == "index-reuse"].head(1)          # a table of one row
+    assert crossdevice.moved_lines(one, view.ratio)[1:] == [
+        "1 of the 1 row timed on both devices moved by less than the bandwidth ratio: 11 index-reuse (C1 1.20×).",
+        "Of the 1 row bound by bytes on the H100, 0 moved by about the bandwidth ratio; the others: "
+        "11 index-reuse (C1 1.20×)."]
+    crossdevice.check_lines(one, crossdevice.moved_lines(one, view.ratio), view.ratio)
 
 
 def test_the_figure_draws_both_ridges_and_the_bandwidth_ratio(two_devices):
