@@ -11,13 +11,16 @@ from __future__ import annotations
 from . import results
 from .errors import ParameterError
 
-#: The GPU whose recording a page shows when it is not told otherwise (a page's ``device=``), when
-#: it has a whole recording of the study; else the newest whole recording of any GPU is shown.
+#: The GPU whose recording a page shows when it is not told otherwise (a page's ``device=``).
 DEFAULT_DEVICE = "H100"
 
 
 def _on(run: results.Run, device: str) -> bool:
-    return device.strip().lower() in run.device.lower()
+    return _on_name(run.device, device)
+
+
+def _on_name(name: str, device: str) -> bool:
+    return device.strip().lower() in name.lower()
 
 
 def complete(study, run: results.Run) -> bool:
@@ -26,22 +29,27 @@ def complete(study, run: results.Run) -> bool:
 
 
 def book_run(study, device: str | None = None) -> results.Run | None:
-    """The book's recording of ``study`` on ``device`` (part of the GPU's name, e.g. "H200"): the
-    newest run made on that GPU that holds every step of the study, so that a page reads every
-    number from one run. ``device`` None: ``DEFAULT_DEVICE``'s when it has one, else the newest
-    whole recording of any GPU. None when no run holds every step."""
-    runs = [run for run in reversed(results.runs_with(study.part(study.steps.steps[-1].slug)))
-            if complete(study, run)]
-    for want in ((device,) if device else (DEFAULT_DEVICE, "")):
-        for run in runs:
-            if _on(run, want):
-                return run
+    """The book's recording of ``study`` on ``device`` (part of the GPU's name, e.g. "H200"; None:
+    ``DEFAULT_DEVICE``): the newest run made on that GPU that holds every step of the study, so
+    that a page reads every number from one run. None when no run does (a page then reads each
+    part from the newest run that holds it, and says so)."""
+    want = device or DEFAULT_DEVICE
+    for run in reversed(results.runs_with(study.part(study.steps.steps[-1].slug))):
+        if _on(run, want) and complete(study, run):
+            return run
     return None
 
 
 def recorded_devices(study) -> list[str]:
-    """The GPUs some run of ``study``'s last step was made on, oldest first."""
-    return list(dict.fromkeys(run.device for run in results.runs_with(study.part(study.steps.steps[-1].slug))))
+    """The GPUs some run of ``study``'s steps was made on, oldest first."""
+    import warnings
+
+    parts = [study.part(slug) for slug in study.steps.slugs()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", results.StoreWarning)   # runs_with warns of a damaged run
+        runs = results.list_runs()
+    return list(dict.fromkeys(run.device for run in runs
+                              if not results.is_candidate(run) and any(run.has_part(p) for p in parts)))
 
 
 def book_device(study) -> str | None:
@@ -53,7 +61,8 @@ def book_device(study) -> str | None:
     if found is not None:
         return found.device
     runs = results.runs_with(study.part(study.steps.steps[-1].slug))
-    return runs[-1].device if runs else None
+    want = [run for run in runs if _on(run, _CHOSEN.get("device") or DEFAULT_DEVICE)]
+    return (want or runs)[-1].device if runs else None
 
 
 #: The GPU a page that spans studies (the summary) was asked to show (``choose``).
@@ -109,13 +118,19 @@ def replay_target(study, mode: str, replay_run: str | None, device: str | None) 
             session.pin(run.run_id, f"A whole recording of this study on the {run.device}, chosen by `replay_run`.")
         return mode, replay_run
     run = book_run(study, device)
-    if run is None and device is not None:
-        recorded = recorded_devices(study)
-        raise ParameterError(f"No run made on a GPU named {device!r} holds every step of the {study.title}"
-                             + (f" (its steps were recorded on: {', '.join(recorded)})." if recorded else "."),
-                             "pass device= one of those (part of its name, e.g. 'H100'), or device=None.")
-    if run is None:   # no whole recording yet: each part from the newest run that holds it
-        session.pin(None)
+    want = device or DEFAULT_DEVICE
+    if run is None:   # no whole recording on that GPU: each part from its newest run there
+        on_it = [d for d in recorded_devices(study) if _on_name(d, want)]
+        if device is not None and not on_it:
+            recorded = recorded_devices(study)
+            raise ParameterError(f"No run of the {study.title} was made on a GPU named {device!r}"
+                                 + (f" (it was recorded on: {', '.join(recorded)})." if recorded else "."),
+                                 "pass device= one of those (part of its name, e.g. 'H100'), or device=None.")
+        if on_it:
+            session.pin_device(want, f"No run of the {on_it[-1]} holds every step of this study yet: each "
+                                     "part of this page comes from the newest run of that GPU holding it.")
+        else:
+            session.pin(None)
         return mode, None
     others = [d for d in recorded_devices(study) if not _on(run, d) and book_run(study, d) is not None]
     note = (f"The book's recording of this study on the {run.device}"

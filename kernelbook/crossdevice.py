@@ -66,6 +66,8 @@ class DeviceRecording:
     ncu: dict = field(default_factory=dict)           # slug -> Nsight Compute records of this run
     rates: dict = field(default_factory=dict)         # metric -> value (GFLOP/s, GB/s)
     sources: dict = field(default_factory=dict)       # metric -> "measured in run X" / "datasheet (H100 SXM)"
+    #: Without a whole run of the study on this device: each step's newest run there (run ids).
+    runs: list = field(default_factory=list)
 
     @property
     def found(self) -> bool:
@@ -98,7 +100,7 @@ def recorded_on(study, label: str, run: results.Run | None = None) -> DeviceReco
     """The book's run of ``study`` on the device named ``label`` (or ``run``), read from that run only."""
     run = run if run is not None else book_run(study, label)
     if run is None:
-        return DeviceRecording(label, None)
+        return _newest_per_step(study, label)
     chapters, ncu = {}, {}
     for slug in study.steps.slugs():
         if not run.has_part(study.part(slug)):
@@ -113,6 +115,31 @@ def recorded_on(study, label: str, run: results.Run | None = None) -> DeviceReco
     measured = own.values if own.recording.found and own.session.run.run_id == run.run_id else {}
     rates, sources = device_rates(measured, run.device, run.run_id)
     return DeviceRecording(label, run, chapters, ncu, rates, sources)
+
+
+def _newest_per_step(study, label: str) -> DeviceRecording:
+    """Without a whole run of ``study`` on the device named ``label``: each step from the newest run
+    of that device holding it (this page alone reads several runs of one device, and names them),
+    the rates from the newest of those runs that measured the ceilings."""
+    chapters, ncu, used = {}, {}, {}
+    for slug in study.steps.slugs():
+        runs = [r for r in results.runs_with(study.part(slug)) if label.lower() in r.device.lower()]
+        found = load_recorded(study, slug, prefer_run=runs[-1].run_id) if runs else None
+        if found is not None and found.session.run.run_id == runs[-1].run_id:
+            chapters[slug], used[runs[-1].run_id] = found, runs[-1]
+            profile = load_ncu(study, slug, prefer_run=runs[-1].run_id)
+            ncu[slug] = profile.records if profile.found and profile.session.run.run_id == runs[-1].run_id else []
+    if not chapters:
+        return DeviceRecording(label, None)
+    ordered = sorted(used.values(), key=lambda r: (r.created_utc, r.run_id))
+    measured, where = {}, ordered[-1]
+    for candidate in reversed(ordered):
+        own = ceilings_for(candidate.run_id)
+        if own.recording.found and own.session.run.run_id == candidate.run_id:
+            measured, where = own.values, candidate
+            break
+    rates, sources = device_rates(measured, where.device, where.run_id)
+    return DeviceRecording(label, ordered[-1], chapters, ncu, rates, sources, runs=[r.run_id for r in ordered])
 
 
 # ----------------------------------------------------------------------------- the table
@@ -390,9 +417,9 @@ class Comparison:
                              f"{v:.2f} (fewest bytes)") for v, source in zip(frame["intensity"], frame["bytes_source"])]
         out["Ridge"] = [f"{v:.1f}" if v is not None and v == v else "–" for v in frame["ridge"]]
         out["Unit"] = frame["unit"]
-        runs = f"{self.base.label}: run {self.base.run.run_id}" + (
-            f"; {self.other.label}: run {self.other.run.run_id}" if self.other.found else
-            f"; no {self.other.label} run recorded")
+        runs = f"{self.base.label}: run {', '.join(self.base.runs or [self.base.run.run_id])}" + (
+            f"; {self.other.label}: run {', '.join(self.other.runs or [self.other.run.run_id])}"
+            if self.other.found else f"; no {self.other.label} run recorded")
         pair = (f"each step's median time on the two devices at each case's largest size timed on both; "
                 f"'Speed-up' is the {self.base.label}'s time over the {self.other.label}'s"
                 if self.other.found else
@@ -422,7 +449,11 @@ def banner(*comparisons: Comparison):
     lines = []
     for c in comparisons:
         for rec in (c.base, c.other):
-            if rec.found:
+            if rec.found and rec.runs:
+                lines.append(f"{md_text(c.study.title)}, {rec.label}: no run holds every step; each step from the "
+                             f"newest run of the {md_text(rec.run.device)} holding it: "
+                             + ", ".join(md_code(r) for r in rec.runs))
+            elif rec.found:
                 run = rec.run
                 lines.append(f"{md_text(c.study.title)}, {rec.label}: run {md_code(run.run_id)} ({md_text(run.device)}, "
                              f"{md_text(run.created_utc[:10])}, commit {md_code(run.commit)})")
@@ -434,7 +465,7 @@ def banner(*comparisons: Comparison):
             if any(c.base.found for c in comparisons) else
             f"\n>\n> **No {BASE} or {OTHER} recording of a study exists yet.** Every table, the figure and the "
             "sentences of this page appear once the book's runs of the studies on these GPUs are recorded.")
-    return Markdown("> **Replayed** (this page measures nothing): one run per study and device, each "
+    return Markdown("> **Replayed** (this page measures nothing): the runs of each study and device, "
                     "named below and in every caption:\n>\n" + "\n".join(f"> - {line}" for line in lines) + none)
 
 

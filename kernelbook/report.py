@@ -100,7 +100,7 @@ def banner(recording):
         from .session import pinned
 
         shown_run, note = pinned()
-        if note and shown_run == run.run_id:
+        if note and shown_run in (None, run.run_id):
             text += f" {md_text(note)}"
     warning = recording.warning() if hasattr(recording, "warning") else ""
     return Markdown(f"> {text}" + (f"\n\n{warning}" if warning else ""))

@@ -261,8 +261,16 @@ def pin(run_id: str | None, note: str = "") -> None:
         _PINNED.update(run=results.validate_run_id(run_id), note=note)
 
 
+def pin_device(device: str, note: str = "") -> None:
+    """Read every replayed part of this process from the newest run made on a GPU whose name holds
+    ``device`` (the page's own run first, when it is one of them): no GPU's part stands in for
+    another's."""
+    _PINNED.clear()
+    _PINNED.update(device=device.strip().lower(), note=note)
+
+
 def pinned() -> tuple[str | None, str]:
-    """The run ``pin`` set (None when none) and its banner note."""
+    """The run ``pin`` set (None when none, or a GPU is pinned) and the banner's note."""
     return _PINNED.get("run"), _PINNED.get("note", "")
 
 
@@ -291,6 +299,10 @@ def _replay_run(part: str, replay_run: str | None, prefer_run: str | None) -> re
     if not replay_run and _PINNED.get("run"):   # the book's recording: this run's part, or none
         run = results.run_with(part, _PINNED["run"])
         return run if run is not None and run.run_id == _PINNED["run"] else None
+    if not replay_run and _PINNED.get("device"):   # that GPU's newest run holding the part
+        runs = [run for run in results.runs_with(part) if _PINNED["device"] in run.device.lower()]
+        preferred = [run for run in runs if run.run_id == prefer_run]
+        return (preferred or runs or [None])[-1]
     if replay_run:
         run = results.load_run(replay_run)  # a malformed run is an error here, never "not recorded"
         if run.has_part(part):

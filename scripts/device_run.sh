@@ -8,13 +8,14 @@
 #      (with SEQUENTIAL_FIRST=1, first the same batch one notebook after another in this process,
 #      --gpus left out, into _build/executed-sequential: two runs of one call, to compare)
 #      then compute-sanitizer memcheck + racecheck over every kernel: scripts/sanitize.py
-#   5. pack the new run folder(s) of data/results/, _build/executed/ and the logs into
-#      $OUT/run.tar.gz (unpack here with scripts/import_device_run.sh)
+#   5. pack the new run folder(s) of data/results/ and the logs into $OUT/run.tar.gz.NN, and
+#      _build/executed/ into $OUT/executed.tar.gz.NN, in pieces under the 16 MiB a file may have
+#      to come back (import here with scripts/import_device_run.sh $FILES_AT)
 #
 # A failing step does not stop the later ones (a crashed test must not cost the measurements),
 # but the script exits 1 at the end if any step failed; $OUT/logs/steps.txt lists each step's
-# exit status. Files that come back: run.tar.gz and logs/{device.txt,steps.txt,pytest-gpu.log,
-# batch.log}, well under the device's limit of 8 files.
+# exit status. Files that come back: run.tar.gz.NN, executed.tar.gz.NN and logs/{steps.txt,
+# batch.log} (the other logs are inside run.tar.gz), under the device's limit of 8 files.
 #
 # Environment:
 #   OUT                 set by the device machine: the folder whose files come back
@@ -219,15 +220,31 @@ done
 for log in "$LOGS"/sanitize-*.log; do [ -f "$log" ] && tail -3 "$log"; done
 
 # 5. pack ---------------------------------------------------------------------------------------
+# What comes back from $OUT is at most 8 files of 16 MiB each: the new runs (the measurements)
+# are packed on their own, with the logs, before the executed notebooks (pages with figures, the
+# larger part), and each tarball is cut into pieces of PIECE_MIB (default 15) MiB, named
+# NAME.tar.gz.00, .01, ...; scripts/import_device_run.sh joins them. A piece that would not come
+# back then costs the pages, never the run.
 new_runs=()
 for run in $(ls -1 data/results); do
   if [ -d "data/results/$run" ] && ! grep -qxF "$run" <<<"$before"; then new_runs+=("data/results/$run"); fi
 done
 note "new run folder(s): ${new_runs[*]:-none}"
-packed=("${new_runs[@]}")
-[ -d _build/executed ] && packed+=(_build/executed)
-[ -d _build/executed-sequential ] && packed+=(_build/executed-sequential)
-tar -czf "$OUT/run.tar.gz" "${packed[@]}" -C "$OUT" logs
-finish_step "pack $OUT/run.tar.gz" $?
+pack() {  # NAME PATH...: $OUT/NAME.tar.gz.NN, pieces of PIECE_MIB MiB
+  local name=$1; shift
+  tar -czf - "$@" | split -b "${PIECE_MIB:-15}m" -d - "$OUT/$name.tar.gz."
+}
+pack run "${new_runs[@]}" -C "$OUT" logs
+finish_step "pack $OUT/run.tar.gz.* ($(ls "$OUT"/run.tar.gz.* | wc -l) piece(s))" $?
+executed=()
+[ -d _build/executed ] && executed+=(_build/executed)
+[ -d _build/executed-sequential ] && executed+=(_build/executed-sequential)
+if [ ${#executed[@]} -gt 0 ]; then
+  pack executed "${executed[@]}"
+  finish_step "pack $OUT/executed.tar.gz.* ($(ls "$OUT"/executed.tar.gz.* | wc -l) piece(s))" $?
+fi
+# Loose, only what says how the call went (the rest of logs/ is inside run.tar.gz): the files
+# that come back stay under 8.
+find "$LOGS" -type f ! -name steps.txt ! -name batch.log -delete
 
 exit "$failed"

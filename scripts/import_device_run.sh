@@ -10,18 +10,34 @@
 # notebooks to _build/executed/ (merged: notebooks the device did not run keep their local
 # copy), the device's logs to _build/device-logs/. Then the runs are validated and listed.
 set -euo pipefail
-if [ $# -ne 1 ] || [ ! -f "$1" ]; then
-  echo "usage: $0 TARBALL   (the run.tar.gz of scripts/device_run.sh or try.tar.gz of scripts/device_try.sh)" >&2
+if [ $# -ne 1 ] || [ ! -e "$1" ]; then
+  echo "usage: $0 TARBALL|FOLDER   (the run.tar.gz of scripts/device_try.sh, or the folder of files" \
+       "scripts/device_run.sh sent back: its run.tar.gz.NN and executed.tar.gz.NN pieces)" >&2
   exit 2
 fi
-tarball=$(realpath "$1")
+given=$(realpath "$1")
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=python3
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-tar -xzf "$tarball" -C "$tmp"
+if [ -d "$given" ]; then   # pieces of at most 16 MiB each: joined in their order, runs first
+  found=0
+  for name in run executed; do
+    if ls "$given/$name".tar.gz.[0-9]* >/dev/null 2>&1; then
+      cat "$given/$name".tar.gz.[0-9]* | tar -xz -C "$tmp"
+      found=1
+    fi
+  done
+  [ -f "$given/run.tar.gz" ] && tar -xzf "$given/run.tar.gz" -C "$tmp" && found=1
+  if [ "$found" = 0 ]; then
+    echo "error: $given holds no run.tar.gz.NN, executed.tar.gz.NN or run.tar.gz." >&2
+    exit 2
+  fi
+else
+  tar -xzf "$given" -C "$tmp"
+fi
 
 runs=()
 if [ -d "$tmp/data/results" ]; then

@@ -95,10 +95,24 @@ def test_a_gpu_without_a_recording_or_two_choices_are_refused_with_the_fix(store
         bookrun.choose("A100", [TOY])
 
 
-def test_without_a_whole_recording_on_the_default_gpu_the_newest_whole_one_is_shown(store):
+
+def test_the_default_gpu_without_a_whole_recording_is_not_replaced_by_another(store):
     recorded(store, H100, ("baseline", "final"), "2026-11-20T00:00:00Z")   # the default GPU: not whole
     h200 = recorded(store, H200, SLUGS, "2026-11-21T00:00:00Z")
-    assert bookrun.book_run(TOY).run_id == h200.run_id
-    assert bookrun.book_run(TOY, "H100") is None
-    mode, run_id = bookrun.replay_target(TOY, "auto", None, None)
-    assert run_id == h200.run_id and "NVIDIA H200" in session.pinned()[1]
+    assert bookrun.book_run(TOY) is None and bookrun.book_run(TOY, "H200").run_id == h200.run_id
+    assert bookrun.replay_target(TOY, "auto", None, None) == ("auto", None)   # each part's newest
+    assert bookrun.replay_target(TOY, "auto", None, "H200") == ("replay", h200.run_id)
+
+
+def test_without_a_whole_recording_a_page_keeps_to_its_gpus_runs(store):
+    old = recorded(store, H100, ("baseline", "tiled"), "2026-11-19T00:00:00Z")
+    recorded(store, H100, ("final",), "2026-11-20T00:00:00Z")
+    h200 = recorded(store, H200, ("baseline", "tiled"), "2026-11-21T00:00:00Z")   # newer, another GPU
+    assert bookrun.replay_target(TOY, "replay", None, None) == ("replay", None)
+    assert "newest run of that GPU" in session.pinned()[1]
+    assert session.replayed("toy-tiled", "toy").session.run.run_id == old.run_id   # never the H200's
+    assert bookrun.replay_target(TOY, "replay", None, "H200") == ("replay", None)
+    assert session.replayed("toy-tiled", "toy").session.run.run_id == h200.run_id
+    assert not session.replayed("toy-final", "toy").found   # the H200 never ran it
+    with pytest.raises(ParameterError, match="No run of the toy study was made on a GPU named 'A100'"):
+        bookrun.replay_target(TOY, "replay", None, "A100")

@@ -61,6 +61,17 @@ def claims():
 
 
 def value(study, step: str, metric: str, case: str, at):
+    """The recorded value a page of ``study`` shows: read as its pages read (``replay_target``: the
+    book's whole recording on the default GPU, else that GPU's newest run holding each part)."""
+    from kernelbook.bookrecording import replay_target
+    from kernelbook.session import pinned_to
+
+    with pinned_to(None):
+        replay_target(study, "replay", None, None)
+        return _value(study, step, metric, case, at)
+
+
+def _value(study, step: str, metric: str, case: str, at):
     if step not in study.steps.slugs():  # a library row of the profiles page (torch-fp32, cudnn-tf32 …)
         from kernelbook.evidence.vendor import vendor
 

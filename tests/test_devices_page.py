@@ -292,3 +292,21 @@ def test_the_page_runs_on_the_two_runs_and_shows_the_checked_figure(two_devices,
     text = json.dumps(outputs)
     assert crossdevice.BAND_WORDS["bandwidth"] in text and h100.run_id in text and h200.run_id in text
     assert "No H200 recording" not in text
+
+
+def test_without_a_whole_run_each_step_comes_from_its_devices_newest_run_and_the_banner_names_them(results_root):
+    """Where no run of a device holds every step, the page (and it alone) reads each step from the
+    newest run of that device holding it, never from another device's, and names every run."""
+    slugs = STUDY.steps.slugs()
+    first = _run(results_root, H100, 3000.0, steps=slugs[:5])
+    second = _run(results_root, H100, 3100.0, steps=slugs[5:], ceilings=False)
+    _run(results_root, H200, 4290.0, SPEEDUP, steps=slugs[:3])
+    base = crossdevice.recorded_on(STUDY, "H100")
+    assert set(base.runs) == {first.run_id, second.run_id} and set(base.chapters) == set(slugs)
+    assert base.chapters[slugs[5]].session.run.run_id == second.run_id
+    assert base.rates["copy_gbs"] == 3000.0 and first.run_id in base.sources["copy_gbs"]   # the run that measured them
+    other = crossdevice.recorded_on(STUDY, "H200")
+    assert set(other.chapters) == set(slugs[:3]) and all(
+        c.session.run.device == H200["name"] for c in other.chapters.values())
+    text = crossdevice.banner(crossdevice.Comparison(STUDY, base, other)).data
+    assert "no run holds every step" in text and first.run_id in text and second.run_id in text
