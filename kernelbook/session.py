@@ -127,39 +127,24 @@ class Recording:
         return head + (f"\n\n{warning}" if warning else "")
 
 
+def _shown(name: str, doc: str) -> property:
+    """A read-only attribute of the view that is its recording's attribute ``name``."""
+    return property(lambda self: getattr(self.recording, name), doc=doc)
+
+
 class RecordingView:
     """What every page object built on a ``Recording`` shows (a chapter, a grid, the ceilings):
     its session, records and parameters, and the provenance labels."""
 
     recording: Recording
 
-    @property
-    def session(self) -> Session | None:
-        return self.recording.session
-
-    @property
-    def records(self) -> list[dict]:
-        return self.recording.records
-
-    @property
-    def checks(self) -> list[dict]:
-        return self.recording.checks
-
-    @property
-    def parameters(self) -> dict:
-        return self.recording.parameters
-
-    @property
-    def extra(self) -> dict:
-        return self.recording.extra
-
-    @property
-    def label(self) -> str:
-        return self.recording.label
-
-    @property
-    def short_label(self) -> str:
-        return self.recording.short_label
+    session = _shown("session", "The session (measured now or replayed; None: nothing recorded).")
+    records = _shown("records", "The recorded rows.")
+    checks = _shown("checks", "The float64 checks' rows.")
+    parameters = _shown("parameters", "The parameters the recording was made with.")
+    extra = _shown("extra", "The recording's extra data.")
+    label = _shown("label", "One line: measured now, or replayed (and why).")
+    short_label = _shown("short_label", "A tag for captions and under plot titles.")
 
     def _repr_markdown_(self) -> str:
         return self.recording._repr_markdown_()
