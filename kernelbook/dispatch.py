@@ -154,17 +154,22 @@ def execute_all(engine, tasks, prepared, report, batch_json, measuring, log, liv
 
 @contextmanager
 def _whole():
-    """A Ctrl-C while a notebook's result is taken in takes effect once it is: a notebook is kept
-    whole (its executed copy, every part it recorded, its state in batch.json) or not at all."""
+    """A Ctrl-C (or a SIGTERM) while a notebook's result is taken in takes effect once it is: a
+    notebook is kept whole (its executed copy, every part it recorded, its state in batch.json) or
+    not at all."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    caught: list = []
+    previous = {sig: signal.signal(sig, lambda number, _frame: caught.append(number))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught and caught[0] == signal.SIGTERM:
+            signal.raise_signal(signal.SIGTERM)   # now, with the handler the batch had before
         if caught:
             raise KeyboardInterrupt
 
