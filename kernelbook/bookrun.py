@@ -59,6 +59,25 @@ def book_vendor(study):
     return vendor(study, "replay", prefer_run=runs[-1].run_id)
 
 
+def vendor_of_run(study, run_id: str | None, fallback):
+    """The library rows run ``run_id`` timed itself, when it holds them (so that a step of that
+    run is compared with the library in one run); else ``fallback``."""
+    from . import session
+    from .evidence.vendor import part
+
+    if run_id is None or not results.RUN_ID_PATTERN.match(run_id):
+        return fallback
+    try:
+        run = results.load_run(run_id)
+    except results.ResultsError:
+        return fallback
+    if not run.has_part(part(study)):
+        return fallback
+    with session.pinned_to(run_id):
+        own = vendor(study, "replay", prefer_run=run_id)
+    return own if own.found and own.session.run.run_id == run_id else fallback
+
+
 def headline_size(study, case: str, chapters: dict) -> int | None:
     """The size a case is judged at: its largest recorded size (LeNet: 10,000 images)."""
     sizes = {r["size"] for ch in chapters.values() if ch is not None

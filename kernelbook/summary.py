@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import results
-from .bookrun import book_device, book_vendor, headline_size, load_recorded  # noqa: F401 (pages call them here)
+from .bookrun import book_device, book_vendor, headline_size, load_recorded, vendor_of_run  # noqa: F401 (pages call them here)
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
 from .plots import PALETTE, footer  # one palette for every figure
@@ -199,9 +199,10 @@ def evaluate_targets(study) -> list[dict]:
                      if chapter is not None and chapter.correct else None)
             if value is not None and (best is None or value < best[1]):
                 best = (slug, value, chapter.session.run.run_id)
-        ref = (_summed([r for r in found_vendor.records if r["step"] == target["vendor"]], study.time_metric,
+        library = vendor_of_run(study, best[2] if best else None, found_vendor)   # the step's own run first
+        ref = (_summed([r for r in library.records if r["step"] == target["vendor"]], study.time_metric,
                        cases, size) if target.get("vendor") else None)
-        vendor_run = found_vendor.session.run.run_id if ref is not None and found_vendor.found else None
+        vendor_run = library.session.run.run_id if ref is not None and library.found else None
         out.append({**target, "best": best, "vendor_ms": ref, "vendor_run": vendor_run})
     return out
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import results
-from .bookrun import book_vendor, headline_size, load_recorded
+from .bookrun import book_vendor, headline_size, load_recorded, vendor_of_run
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
 from .report import find_record, format_ms, styled
@@ -92,13 +92,14 @@ def verdict_frame(study) -> pd.DataFrame:
             for found in [c for c in candidates if c is not None]:
                 chapter, rec = found
                 run_id = chapter.session.run.run_id
-                lib = _library_beside(study, found_vendor, case, size, precision) if run_id == lib_run else None
+                own = found_vendor if run_id == lib_run else vendor_of_run(study, run_id, None)
+                lib = _library_beside(study, own, case, size, precision) if own is not None else None
                 floor = floor_ms(problem, ceilings_for(run_id), step_math(chapter, case))
                 rows.append({study.case_header: case, "Size": f"{size:,}", "Precision": PRECISION_WORDS[precision],
                              "Fastest step": f"{chapter.step.number:02d} {chapter.step.slug}",
                              "Its time": format_ms(rec["value"]), "Spread of its repeats": spread(rec),
                              "Library, same run": (f"{lib[0]} {format_ms(lib[1]['value'])}" if lib else
-                                                   "none of this precision" if run_id == lib_run else
+                                                   "none of this precision" if own is not None else
                                                    "not timed in this run"),
                              "Library / step": f"{lib[1]['value'] / rec['value']:.2f}×" if lib else "–",
                              "% of its floor": f"{floor / rec['value'] * 100:.1f} %" if floor else "–",
