@@ -372,7 +372,10 @@ def recorded(part: str, study: str, measure: Callable[..., Measurement], *, para
                    "`kernelbook results --check` lists every problem.")
         else:
             message = (f"Run {_PINNED['run']}, the recording this page shows, holds no {part!r}."
-                       if _PINNED.get("run") and not replay_run else f"No recorded run holds {part!r} ({NOT_RECORDED}).")
+                       if _PINNED.get("run") and not replay_run else
+                       f"No run of a GPU named {_PINNED['device']!r} holds {part!r} ({NOT_RECORDED} on it)."
+                       if _PINNED.get("device") and not replay_run else
+                       f"No recorded run holds {part!r} ({NOT_RECORDED}).")
             fix = ("record one on a CUDA machine (`kernelbook run --mode measure`, or "
                    "scripts/device_run.sh on the device) and commit data/results/.")
         if required:

@@ -113,6 +113,7 @@ def test_without_a_whole_recording_a_page_keeps_to_its_gpus_runs(store):
     assert session.replayed("toy-tiled", "toy").session.run.run_id == old.run_id   # never the H200's
     assert bookrun.replay_target(TOY, "replay", None, "H200") == ("replay", None)
     assert session.replayed("toy-tiled", "toy").session.run.run_id == h200.run_id
-    assert not session.replayed("toy-final", "toy").found   # the H200 never ran it
+    missing = session.replayed("toy-final", "toy")   # the H200 never ran it
+    assert not missing.found and "No run of a GPU named 'h200' holds 'toy-final'" in missing.status
     with pytest.raises(ParameterError, match="No run of the toy study was made on a GPU named 'A100'"):
         bookrun.replay_target(TOY, "replay", None, "A100")
