@@ -121,7 +121,7 @@ def test_a_faked_sm86_runs_the_batch_to_the_end_with_the_hopper_steps_from_the_r
 
 
 PAGES = ["book/mlp/14_tensor_core_fp16", "book/mlp/16_fp32_register_tiled", "book/mlp/19_wgmma_full_range",
-         "book/vgg/11_hopper_tf32", "book/summary"]
+         "book/vgg/11_hopper_tf32", "book/summary", "book/devices"]   # the summary links to the devices page
 
 
 @pytest.mark.book
