@@ -254,6 +254,16 @@ def pin_device(device: str, note: str = "") -> None:
     _PINNED.update(device=device.strip().lower(), note=note)
 
 
+def shown_here(run: results.Run) -> bool:
+    """Whether this page may read ``run`` (``pin``: that run alone; ``pin_device``: that GPU's runs)
+    when it merges several runs' results itself (the sanitizer's table)."""
+    if _PINNED.get("run"):
+        return run.run_id == _PINNED["run"]
+    if _PINNED.get("device"):
+        return _PINNED["device"] in run.device.lower()
+    return True
+
+
 def pinned() -> tuple[str | None, str]:
     """The run ``pin`` set (None when none, or a GPU is pinned) and the banner's note."""
     return _PINNED.get("run"), _PINNED.get("note", "")

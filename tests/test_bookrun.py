@@ -117,3 +117,28 @@ def test_without_a_whole_recording_a_page_keeps_to_its_gpus_runs(store):
     assert not missing.found and "No run of a GPU named 'h200' holds 'toy-final'" in missing.status
     with pytest.raises(ParameterError, match="No run of the toy study was made on a GPU named 'A100'"):
         bookrun.replay_target(TOY, "replay", None, "A100")
+
+
+def test_the_sanitizer_table_merges_only_the_runs_of_the_page_s_gpu(store):
+    """The sanitizer's table merges runs itself: on a page kept to one GPU it reads that GPU's
+    runs only, and a tool never run on a case says so instead of a blank."""
+    from kernelbook.evidence import sanitizer
+    from kernelbook.lenet import STUDY
+
+    def checked(device, when, done):
+        run = results.create_run({"device": device, "commit": "abc123def456", "host": "test"}, root=store)
+        run.manifest["created_utc"] = when
+        (run.root / "manifest.json").write_text(__import__("json").dumps(run.manifest))
+        run.write_part(sanitizer.part(STUDY), "lenet", [
+            {**results.record("lenet", "baseline", case, 2, "sanitizer_errors", 0.0), "tool": tool}
+            for case, tool in done])
+        return run
+
+    h100 = checked(H100, "2026-11-20T00:00:00Z", [("C1", "memcheck"), ("C3", "racecheck")])
+    h200 = checked(H200, "2026-11-21T00:00:00Z", [("C1", "memcheck"), ("C1", "racecheck")])
+    with session.pinned_to(None):
+        session.pin_device("H100")
+        html = sanitizer.sanitizer_table(STUDY).to_html()
+    assert h100.run_id in html and h200.run_id not in html and "NVIDIA H200" not in html
+    assert "not recorded yet" in html and "nan" not in html   # racecheck never ran on the H100
+    assert h200.run_id in sanitizer.sanitizer_table(STUDY).to_html()   # unpinned: the newest of all

@@ -83,7 +83,9 @@ def sanitizer_table(study, prefer_run: str | None = None):
     """
     import pandas as pd
 
-    runs = results.runs_with(part(study))
+    from ..session import shown_here
+
+    runs = [run for run in results.runs_with(part(study)) if shown_here(run)]   # this page's GPU or run only
     if not runs:
         return message_table(f"No compute-sanitizer results are recorded ({NOT_RECORDED}); run "
                              f"`python scripts/sanitize.py --study {study.module}` on the GPU machine.", "compute-sanitizer")
@@ -102,6 +104,7 @@ def sanitizer_table(study, prefer_run: str | None = None):
                      f"FAIL (exit status {r.get('rc')})" if value == 0 else f"FAIL ({int(value)} errors)")
         row[f"{tool} run"] = run_id
     used = sorted({run_id for _, run_id in newest.values()})
-    return styled(pd.DataFrame(list(rows.values())),
-                  f"compute-sanitizer over every kernel, one small launch per case; each row from its newest run "
-                  f"(runs {', '.join(used)}; {runs[-1].device}).")
+    devices = sorted({run.device for run in runs if run.run_id in used})
+    frame = pd.DataFrame(list(rows.values())).fillna(NOT_RECORDED)   # a tool this case was never checked with
+    return styled(frame, f"compute-sanitizer over every kernel, one small launch per case; each row from its newest run "
+                         f"(runs {', '.join(used)}; {', '.join(devices)}).")
