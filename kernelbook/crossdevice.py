@@ -65,7 +65,7 @@ class DeviceRecording:
     chapters: dict = field(default_factory=dict)      # slug -> StepRecording of this run
     ncu: dict = field(default_factory=dict)           # slug -> Nsight Compute records of this run
     rates: dict = field(default_factory=dict)         # metric -> value (GFLOP/s, GB/s)
-    sources: dict = field(default_factory=dict)       # metric -> "measured in run X" / "datasheet (H100 SXM)"
+    sources: dict = field(default_factory=dict)       # metric -> "measured in run X" / "datasheet: H100 SXM"
     #: Without a whole run of the study on this device: each step's newest run there (run ids).
     runs: list = field(default_factory=list)
 
@@ -92,7 +92,7 @@ def device_rates(measured: dict, device: str | None, run_id: str | None) -> tupl
         if measured.get(metric):
             rates[metric], sources[metric] = measured[metric], f"measured in run {run_id}"
         elif sheet is not None and sheet.peaks.get(metric):
-            rates[metric], sources[metric] = sheet.peaks[metric], f"datasheet ({sheet.model})"
+            rates[metric], sources[metric] = sheet.peaks[metric], f"datasheet: {sheet.model}"
     return rates, sources
 
 

@@ -258,11 +258,19 @@ def check_frame(chapter) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: What each check's Measure compares the output with (a check names its measure; rel_l2 by default).
+MEASURE_WORDS = {"rel_l2": "rel_l2: relative L2 error against float64",
+                 "scaled_abs_diff": "scaled_abs_diff: the write-up's scaled absolute difference against the "
+                                    "CPU's float32 result (the relative L2 error against float64 beside it)"}
+
+
 def check_table(chapter):
     n = len(chapter.checks)
     ok = sum(1 for c in chapter.checks if c["passed"])
-    caption = (f"Correctness against float64 on fresh random inputs, output poisoned with NaN before the launch: "
-               f"{ok}/{n} passed; Error is the Measure of the output's distance from float64, Unwritten the "
+    measures = sorted({c.get("measure") or "rel_l2" for c in chapter.checks})
+    said = "; ".join(MEASURE_WORDS.get(m, m) for m in measures)
+    caption = (f"Correctness on fresh random inputs, output poisoned with NaN before the launch: "
+               f"{ok}/{n} passed; Error is the check's Measure ({said}), Unwritten the "
                f"outputs the kernel left as NaN. [{chapter.recording.short_label}]")
     return styled(check_frame(chapter), caption)
 

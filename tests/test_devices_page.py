@@ -176,10 +176,10 @@ def test_rates_fall_back_to_the_datasheet_and_say_so(results_root):
     _run(results_root, H100, 3000.0)
     _run(results_root, H200, 4290.0, SPEEDUP, ceilings=False)
     view = crossdevice.compare(STUDY)
-    assert view.other.sources["copy_gbs"] == "datasheet (H200 SXM)"
+    assert view.other.sources["copy_gbs"] == "datasheet: H200 SXM"
     assert view.ratio == pytest.approx(4800.0 / 3000.0)
     table = crossdevice.rates_frame(view.base, view.other)
-    assert table.iloc[1]["Source of the rates"] == "datasheet (H200 SXM)"
+    assert table.iloc[1]["Source of the rates"] == "datasheet: H200 SXM"
     assert table.iloc[0]["Source of the rates"] == "measured in this run"
     assert table.iloc[1]["Bandwidth"] == "4,800 GB/s"
     import matplotlib.pyplot as plt
@@ -195,7 +195,7 @@ def test_a_run_missing_one_ceiling_takes_that_one_from_the_datasheet():
     rates, sources = crossdevice.device_rates({**RATES}, H200["name"], "20261127T0700Z-abcdef")
     assert rates["copy_gbs"] == 4800.0 and rates["fp32_gflops"] == RATES["fp32_gflops"]
     rec = crossdevice.DeviceRecording("H200", None, rates=rates, sources=sources)
-    assert crossdevice._where(rec) == "measured in this run; bandwidth from the datasheet (H200 SXM)"
+    assert crossdevice._where(rec) == "measured in this run; bandwidth from the datasheet: H200 SXM"
     assert crossdevice.device_rates({}, "A GPU the book holds no datasheet for", None) == ({}, {})
 
 

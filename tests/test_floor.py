@@ -46,7 +46,7 @@ def test_every_device_the_book_is_recorded_on_has_its_datasheet():
 
 def test_the_peaks_table_names_its_source_and_what_the_floor_uses():
     html = datasheet.peaks_table({"copy_gbs": 2900.0, "tf32_tensor_gflops": 380_000.0}, H100).to_html()
-    assert "H100 SXM column" in html and "494,500 GFLOP/s" in html and "datasheet (H100 SXM)" in html
+    assert "H100 SXM column" in html and "494,500 GFLOP/s" in html and "datasheet: H100 SXM" in html
     assert "2,900" in html and "77 %" in html   # measured / datasheet for the TF32 rate
     bare = datasheet.peaks_table({"copy_gbs": 900.0}, "NVIDIA GeForce RTX 4090").to_html()
     assert "No datasheet is held" in bare and "900 GB/s (measured copy)" in bare

@@ -74,7 +74,7 @@ def limit(metric: str, measured: dict, sheet: Datasheet | None) -> tuple[float |
     was measured (for bandwidth, the copy and the streaming read both count)."""
     candidates = [(f"measured {what}".strip(), measured.get(m)) for what, m in MEASURED_AS[metric]]
     if sheet is not None:
-        candidates.append((f"datasheet ({sheet.model})", sheet.peaks.get(metric)))
+        candidates.append((f"datasheet: {sheet.model}", sheet.peaks.get(metric)))
     have = [(value, where) for where, value in candidates if value]
     if not have:
         return None, "not recorded"
