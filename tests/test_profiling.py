@@ -500,6 +500,7 @@ def test_roofline_builds_from_fabricated_records(results_root, no_gpu):
     assert numbers["tiled"] == "03" and numbers["cudnn"] == "V1"  # chapter numbers; the library's are V1, V2
     assert f"{numbers['tiled']} tiled" in labels  # the legend names each number once
     assert "tiled" in roofline.point_table(frame).to_html()
+    assert "<th" in (html := roofline.point_table(frame, "Columns", "Test case").to_html()) and ">Test case<" in html
 
 
 def test_no_two_roofline_steps_share_a_colour_and_marker():

@@ -78,7 +78,7 @@ class ProfilesPage:
             display(table)
 
     def points_table(self, size: int | None = None):
-        return roofline.point_table(self.points(size), self.study.size_header)
+        return roofline.point_table(self.points(size), self.study.size_header, self.study.case_header)
 
     def ncu_overview(self):
         return ncu.ncu_overview(self.study, prefer_run=self.prefer)

@@ -291,14 +291,14 @@ def for_page(study, size: int | None = None, prefer_run: str | None = None, foun
     return roofline(frame, found_ceilings, title=title)
 
 
-def point_table(frame: pd.DataFrame, size_header: str = "Size"):
+def point_table(frame: pd.DataFrame, size_header: str = "Size", case_header: str = "Layer"):
     """The numbers behind the chart."""
     from ..report import format_ms, styled
 
     if frame.empty:
         return styled(pd.DataFrame({"": [f"no step recorded yet ({NOT_RECORDED})"]}), "Roofline points")
     out = pd.DataFrame({
-        "#": frame["number"], "Step": frame["step"], "Layer": frame["layer"], size_header: frame["size"],
+        "#": frame["number"], "Step": frame["step"], case_header: frame["layer"], size_header: frame["size"],
         "Op time": frame["op_time_ms"].map(format_ms),
         "GFLOP/s": frame["gflops"].map(lambda v: f"{v:,.0f}"),
         "FLOP/byte": frame["intensity"].map(lambda v: f"{v:.2f}" if v and math.isfinite(v) else "–"),
