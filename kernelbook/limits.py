@@ -51,6 +51,21 @@ def assumed(limits: DeviceLimits):
         _ASSUMED.pop()
 
 
+def is_assumed() -> bool:
+    """Whether a block of ``assumed`` is open: the limits are a recording's device's, not this GPU's."""
+    return bool(_ASSUMED)
+
+
+def of_recording(device: dict) -> DeviceLimits:
+    """The limits a run's manifest device (``compute_capability`` "9.0") stands for: its
+    compute capability, the rest the H100's (what every recorded device of this book shares)."""
+    try:
+        major, minor = (int(part) for part in str(device.get("compute_capability", "9.0")).split(".")[:2])
+    except ValueError:
+        major, minor = H100.compute_capability
+    return DeviceLimits(name=str(device.get("name", H100.name)), compute_capability=(major, minor))
+
+
 def current() -> DeviceLimits:
     """The limits of this process's GPU, or the H100's when there is none (or those ``assumed``)."""
     return _ASSUMED[-1] if _ASSUMED else _current()

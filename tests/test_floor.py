@@ -100,3 +100,25 @@ def test_a_step_above_the_measured_tensor_roof_is_told_apart_from_one_above_the_
     assert len(notes) == 2
     assert "a rate a kernel can beat" in notes[0] and "494,500" in notes[0]
     assert "a rate a kernel can beat" not in notes[1]   # above the datasheet too: the FLOP count's note
+
+
+def test_a_step_that_routes_by_gpu_is_judged_as_its_recording_ran(no_gpu):
+    """VGG's final runs step 13 (3xTF32 on Hopper's path) on a Hopper GPU and Winograd elsewhere:
+    a replayed chapter's unit (its floor, its precision) is the one its recording's device used,
+    never this machine's."""
+    import copy
+
+    from kernelbook.bookrun import load_recorded
+    from kernelbook.evidence.floor import step_math
+    from kernelbook.vgg import STUDY
+
+    chapter = load_recorded(STUDY, "final")
+    assert chapter.session.run.manifest["device"]["compute_capability"] == "9.0"
+    assert step_math(chapter, "B1") == "3xtf32"
+    older = copy.copy(chapter)
+    older.recording = copy.copy(chapter.recording)
+    older.recording.session = copy.copy(chapter.session)
+    older.recording.session.run = copy.copy(chapter.session.run)
+    older.recording.session.run.manifest = {**chapter.session.run.manifest,
+                                            "device": {"name": "NVIDIA RTX A6000", "compute_capability": "8.6"}}
+    assert step_math(older, "B1") != "3xtf32"   # Winograd's own count, as that GPU ran it

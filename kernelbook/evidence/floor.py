@@ -10,6 +10,7 @@ beat, so on its own it is no floor. "% of floor" = floor / measured time;
 
 from __future__ import annotations
 
+import contextlib
 from typing import Iterable
 
 from ..report import ANY_SIZE, format_ms, record_value, styled
@@ -65,9 +66,16 @@ def vendor_math(name: str) -> str:
 
 
 def step_math(chapter, case: str) -> str:
-    """The unit the chapter's step runs ``case`` on (decided by the shape; one image is enough)."""
+    """The unit the chapter's step runs ``case`` on (decided by the shape; one image is enough), as
+    the device of its recording ran it (a step that routes by GPU, VGG's final, routes the same)."""
+    from .. import limits as device_limits
+
     impl = chapter.study.impl(chapter.slug)
-    return impl.math_for(impl.params(**chapter.case_params().get(case, {})), chapter.study.problem(case, 1))
+    session = getattr(chapter, "session", None)
+    device = session.run.manifest.get("device") if session is not None and not session.measuring else None
+    with (device_limits.assumed(device_limits.of_recording(device)) if isinstance(device, dict)
+          else contextlib.nullcontext()):
+        return impl.math_for(impl.params(**chapter.case_params().get(case, {})), chapter.study.problem(case, 1))
 
 
 def _own_ceilings(chapter, default):

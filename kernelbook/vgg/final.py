@@ -127,6 +127,8 @@ def on_hopper() -> bool:
     from .. import gpu, limits
     from ..capability import HOPPER
 
+    if limits.is_assumed():   # a page showing a recording asks as the recording's device ran it
+        return tuple(limits.current().compute_capability) == HOPPER
     return gpu.available() and tuple(limits.current().compute_capability) == HOPPER
 
 
