@@ -66,6 +66,13 @@ def of_recording(device: dict) -> DeviceLimits:
     return DeviceLimits(name=str(device.get("name", H100.name)), compute_capability=(major, minor))
 
 
+def as_recorded(session):
+    """``assumed`` the limits of the device a replayed ``session`` was recorded on (nothing to
+    assume when it measures now, or has no device): a step that routes by GPU decides as it did."""
+    device = session.run.manifest.get("device") if session is not None and not session.measuring else None
+    return assumed(of_recording(device)) if isinstance(device, dict) else contextlib.nullcontext()
+
+
 def current() -> DeviceLimits:
     """The limits of this process's GPU, or the H100's when there is none (or those ``assumed``)."""
     return _ASSUMED[-1] if _ASSUMED else _current()

@@ -115,6 +115,11 @@ def test_a_step_that_routes_by_gpu_is_judged_as_its_recording_ran(no_gpu):
     chapter = load_recorded(STUDY, "final")
     assert chapter.session.run.manifest["device"]["compute_capability"] == "9.0"
     assert step_math(chapter, "B1") == "3xtf32"
+    from kernelbook.evidence import compiler
+    from kernelbook.session import replayed
+
+    built = replayed(STUDY.part("final", "compiler"), "vgg", chapter.session.run.run_id).records
+    assert compiler.launched(chapter, built)   # the compiler's table shows the kernels it launched there
     older = copy.copy(chapter)
     older.recording = copy.copy(chapter.recording)
     older.recording.session = copy.copy(chapter.session)

@@ -144,8 +144,11 @@ def launched(chapter, records: list[dict], stale: list[str] | None = None) -> li
         records = [r for r in records if r["layer"] in cases]
     stale = set(stale_cases(chapter, records) if stale is None else stale)
     records = [r for r in records if r["layer"] not in stale]
+    from ..limits import as_recorded
+
     for case in cases:
-        names = impl.kernels_for(impl.params(**case_params.get(case, {})), compiled_problem(chapter.study, case))
+        with as_recorded(getattr(chapter, "session", None)):   # the kernels its recording's GPU launched
+            names = impl.kernels_for(impl.params(**case_params.get(case, {})), compiled_problem(chapter.study, case))
         keep[case] = None if names is None else set(names)
     return [r for r in records if keep.get(r["layer"]) is None or r.get("kernel") in keep[r["layer"]]]
 

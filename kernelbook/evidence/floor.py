@@ -10,7 +10,6 @@ beat, so on its own it is no floor. "% of floor" = floor / measured time;
 
 from __future__ import annotations
 
-import contextlib
 from typing import Iterable
 
 from ..report import ANY_SIZE, format_ms, record_value, styled
@@ -68,13 +67,10 @@ def vendor_math(name: str) -> str:
 def step_math(chapter, case: str) -> str:
     """The unit the chapter's step runs ``case`` on (decided by the shape; one image is enough), as
     the device of its recording ran it (a step that routes by GPU, VGG's final, routes the same)."""
-    from .. import limits as device_limits
+    from ..limits import as_recorded
 
     impl = chapter.study.impl(chapter.slug)
-    session = getattr(chapter, "session", None)
-    device = session.run.manifest.get("device") if session is not None and not session.measuring else None
-    with (device_limits.assumed(device_limits.of_recording(device)) if isinstance(device, dict)
-          else contextlib.nullcontext()):
+    with as_recorded(getattr(chapter, "session", None)):
         return impl.math_for(impl.params(**chapter.case_params().get(case, {})), chapter.study.problem(case, 1))
 
 
