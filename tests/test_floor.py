@@ -127,3 +127,18 @@ def test_a_step_that_routes_by_gpu_is_judged_as_its_recording_ran(no_gpu):
     older.recording.session.run.manifest = {**chapter.session.run.manifest,
                                             "device": {"name": "NVIDIA RTX A6000", "compute_capability": "8.6"}}
     assert step_math(older, "B1") != "3xtf32"   # Winograd's own count, as that GPU ran it
+
+
+def test_the_profiles_page_reads_its_gpus_runs_only(no_gpu):
+    """The store holds H100 runs and an H200 run of VGG: the profiles page, replaying the H100's
+    recordings, names no H200 run in its environment tables; asked for the H200, only that."""
+    from kernelbook.evidence.page import environment_tables, open_page
+    from kernelbook.session import pinned_to
+    from kernelbook.vgg import STUDY
+
+    for device, absent in ((None, "H200"), ("H200", "H100")):
+        with pinned_to(None):
+            page = open_page(STUDY, mode="replay", device=device)
+            html = "".join(t.to_html() for t in environment_tables(STUDY, page.prefer, page.found_ceilings,
+                                                                     page.found_vendor))
+        assert "Environment of run" in html and absent not in html, device

@@ -168,7 +168,7 @@ def environment_tables(study, prefer: str | None, found_ceilings, found_vendor) 
     step runs'): every fact of its environment, or "not recorded"."""
     import pandas as pd
 
-    from .. import results
+    from .. import session as session_mod
     from ..report import styled
 
     runs: dict[str, tuple[object, str]] = {}
@@ -178,9 +178,10 @@ def environment_tables(study, prefer: str | None, found_ceilings, found_vendor) 
             run, why = runs.get(session.run.run_id, (session.run, ""))
             runs[session.run.run_id] = (run, ", ".join(w for w in (why, what) if w))
     for slug in study.steps.slugs():
-        run = results.run_with(study.part(slug), prefer)
-        if run is None:
+        found = session_mod.replayed(study.part(slug), study.name, prefer)   # the run this page reads it from
+        if not found.found:
             continue
+        run = found.session.run
         old, why = runs.get(run.run_id, (run, ""))
         runs[run.run_id] = (old, why + (", " if why else "") + f"step {slug}")
     vendor_session = getattr(found_vendor, "session", None)
