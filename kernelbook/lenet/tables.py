@@ -192,7 +192,7 @@ def reported_best(study):
     """Per seed, its fastest reported Op Time 1 + Op Time 2 at the largest batch it reports (10,000;
     5,000 for seed 003), beside this book's fastest step at the same batch, or a row saying that the
     batch is not recorded yet."""
-    from ..stepdata import load_recorded
+    from ..bookrun import load_recorded  # the book's recording on the chosen GPU
 
     frame = reported()
     # The streams step's reported op times time the launches, not the kernels: not comparable here.

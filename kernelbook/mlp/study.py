@@ -113,8 +113,8 @@ class MlpStudy(Study):
     def reported_best(self):
         import pandas as pd
 
+        from ..bookrun import load_recorded
         from ..report import find_record
-        from ..stepdata import load_recorded
 
         rows = []
         frame = self.reported_frame("best")
