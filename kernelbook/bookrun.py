@@ -4,6 +4,8 @@ the summary reads (a reader's run on another GPU stands beside them, never mixed
 
 from __future__ import annotations
 
+import contextlib
+
 from . import results, stepdata
 from .bookrecording import (  # noqa: F401
     _CHOSEN,
@@ -18,45 +20,32 @@ from .bookrecording import (  # noqa: F401
 from .evidence.vendor import vendor
 
 
-def load_recorded(study, step: str, prefer_run: str | None = None):
-    """``stepdata.load_recorded`` from the book's recording of ``study`` (``book_run`` on the chosen
-    GPU) when there is one, read from it alone; else from the book's device only (``book_device``):
-    the newest run of that device holding the step when the newest of all was made on another GPU."""
+@contextlib.contextmanager
+def _the_book(study):
+    """Read as the book's pages read ``study``: from its whole recording on the chosen GPU
+    (``book_run``), else from the newest run of the book's device holding each part
+    (``session.pin_device``); yields the whole run, or None."""
     from . import session
 
     whole = book_run(study, _CHOSEN.get("device"))
-    if whole is not None and prefer_run is None:
-        with session.pinned_to(whole.run_id):
-            return stepdata.load_recorded(study, step, whole.run_id)
-    found = stepdata.load_recorded(study, step, prefer_run)
-    device = book_device(study)
-    if found is None or device is None or found.session.run.device == device:
-        return found
-    for run in reversed(results.runs_with(study.part(step))):
-        if run.device == device:
-            return stepdata.load_recorded(study, step, prefer_run=run.run_id)
-    return None
+    device = None if whole is not None else book_device(study)
+    with session.pinned_to(whole.run_id if whole is not None else None):
+        if device is not None:
+            session.pin_device(device)
+        yield whole
+
+
+def load_recorded(study, step: str, prefer_run: str | None = None):
+    """``stepdata.load_recorded`` as the book shows it (``_the_book``): a reader's run on another
+    GPU stands beside the book's recording, never mixed into it."""
+    with _the_book(study) as whole:
+        return stepdata.load_recorded(study, step, prefer_run or (whole.run_id if whole is not None else None))
 
 
 def book_vendor(study):
-    """The library rows of the book's recording (``book_run``), or recorded on the book's device."""
-    from . import session
-    from .evidence.vendor import part
-
-    whole = book_run(study, _CHOSEN.get("device"))
-    if whole is not None:
-        with session.pinned_to(whole.run_id):
-            return vendor(study, "replay", prefer_run=whole.run_id)
-    found = vendor(study, "replay")
-    device = book_device(study)
-    if not found.found or device is None or found.session.run.device == device:
-        return found
-    runs = [run for run in results.runs_with(part(study)) if run.device == device]
-    if not runs:
-        from .session import Recording
-
-        return Recording(part(study), None)
-    return vendor(study, "replay", prefer_run=runs[-1].run_id)
+    """The library rows of the book's recording (``_the_book``)."""
+    with _the_book(study) as whole:
+        return vendor(study, "replay", prefer_run=whole.run_id if whole is not None else None)
 
 
 def vendor_of_run(study, run_id: str | None, fallback):

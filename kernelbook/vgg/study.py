@@ -111,8 +111,8 @@ class VggStudy(Study):
     def expectations(self, chapter) -> list[str]:
         import pandas as pd
 
-        from ..bookrun import load_recorded
         from ..report import find_record, format_ms
+        from ..stepdata import load_recorded
         from ..summary import opening_lines
 
         lines = opening_lines(self, chapter)
