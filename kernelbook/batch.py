@@ -125,6 +125,7 @@ def run_batch(
     scheduler: str | None = None,
     live: TextIO | None = None,
     force: bool = False,
+    per_gpu: int = 2,
 ) -> BatchReport:
     """Execute the book's notebooks (or those matching ``only``) with papermill.
 
@@ -137,7 +138,8 @@ def run_batch(
     Where the notebooks execute (``kernelbook.cluster``): ``workers=1`` in this process, one after
     another; ``workers=N`` on a Dask ``LocalCluster`` of N processes (replaying only: timings
     taken side by side on one GPU would disturb each other); ``workers=None``: the machine's cores
-    when replaying, else 1; ``gpus`` ("2" or "0,2"): one dask-cuda worker per GPU;
+    when replaying, else 1; ``gpus`` ("2" or "0,2"): one dask-cuda worker per GPU, executing
+    ``per_gpu`` notebooks side by side that take turns for the GPU (``kernelbook.phases``);
     ``scheduler``: the running Dask cluster at that address. Wherever they run, this process is
     the only writer of the results store and of ``out_dir``. On a cluster, a notebook that fails
     or whose worker dies is tried once more, on another worker when there is one.
@@ -179,6 +181,9 @@ def run_batch(
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise BatchError(f"--workers {workers!r} is not a positive number of processes.",
                          "pass --workers 1 (in this process, one after another) or more.")
+    if not isinstance(per_gpu, int) or isinstance(per_gpu, bool) or not 1 <= per_gpu <= 8:
+        raise BatchError(f"--per-gpu {per_gpu!r} is not a number of notebooks from 1 to 8.",
+                         "pass --per-gpu 1 (one notebook per GPU at a time) or 2 (the default).")
     if gpus is not None:
         cluster.parse_gpus(gpus)  # a malformed --gpus costs nothing
         cluster.require_dask_cuda()  # refused before anything is written
@@ -271,7 +276,8 @@ def run_batch(
             elif kept and workers is not None and gpus is None and not scheduler:
                 workers = max(1, min(workers, len(entries) - len(kept)))
             if gpus is not None or scheduler or (workers or 1) > 1:
-                engine = cluster.DaskEngine(workers=workers, gpus=gpus, scheduler=scheduler, measuring=measuring)
+                engine = cluster.DaskEngine(workers=workers, gpus=gpus, scheduler=scheduler, measuring=measuring,
+                                            per_gpu=per_gpu)
                 if scheduler and mode == "auto":
                     measuring = bool(engine.gpus) and all(engine.gpus.values())
                     engine.measuring = measuring

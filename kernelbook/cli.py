@@ -85,9 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--gpus", metavar="N|IDS",
                        help="measure on several GPUs: one dask-cuda worker per GPU, e.g. --gpus 2 or --gpus 0,2 "
                        "(needs the extra: pip install -e '.[gpus]')")
+    where.add_argument("--per-gpu", type=int, default=2, metavar="K",
+                       help="with --gpus: K notebooks side by side on each GPU (default 2); they take turns for "
+                       "checking, timing, profiling and the library rows (a lock per GPU), so no timing shares "
+                       "its GPU; 1: one notebook at a time")
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="submit to a running Dask cluster, e.g. tcp://host:8786 (workers need this "
-                       "repository at the same path; for measuring, one single-threaded worker per GPU)")
+                       "repository at the same path; for measuring, one worker per GPU)")
 
     build = commands.add_parser(
         "build", help="build the HTML book from the executed notebooks",
@@ -195,7 +199,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     report = run_batch(only=args.only, parameters=parameters, mode=args.mode, out_dir=args.out,
                        log=lambda line: print(line, flush=True), progress_bar=False,
                        workers=args.workers, gpus=args.gpus, scheduler=args.scheduler, live=live,
-                       force=args.force)
+                       force=args.force, per_gpu=args.per_gpu)
     done = len(report.notebooks) - len(report.failed)
     if report.recorded:
         what = f"run {report.run_id} recorded in {report.run_id and _store_path(report.run_id)}"

@@ -84,12 +84,15 @@ class Sequential:
 class DaskEngine:
     """Notebooks as Dask tasks: a local cluster of processes, one worker per GPU, or a running cluster.
 
-    Each worker executes one notebook at a time (one thread), so a measuring worker's GPU is never
-    shared: whole-device work (Nsight Compute, the device ceilings) has its GPU to itself.
+    A worker of a local cluster executes one notebook at a time (one thread). A GPU worker
+    executes ``per_gpu`` side by side (default 2): while one compiles, starts its kernel or draws,
+    the other checks, times or profiles; the phases that use the GPU take turns on a lock per GPU
+    (``kernelbook.phases.GPU_PHASES``), so no timing, Nsight Compute profile or device ceiling
+    shares its GPU with another notebook's work.
     """
 
     def __init__(self, *, workers: int | None = None, gpus: str | None = None, scheduler: str | None = None,
-                 measuring: bool = False, log=print):
+                 measuring: bool = False, per_gpu: int = 2, log=print):
         import dask
 
         self.cluster = None
@@ -110,8 +113,9 @@ class DaskEngine:
                 self.name = f"scheduler {scheduler}"
                 self.client = _connect(scheduler)
             elif gpus is not None:
-                self.cluster = _cuda_cluster(gpus)
-                self.name = f"dask-cuda LocalCUDACluster ({len(self.cluster.workers)} GPU worker(s))"
+                self.cluster = _cuda_cluster(gpus, per_gpu)
+                self.name = (f"dask-cuda LocalCUDACluster ({len(self.cluster.workers)} GPU worker(s), "
+                             f"{per_gpu} notebook(s) per GPU taking turns for its GPU phases)")
             else:
                 from distributed import LocalCluster
 
@@ -172,7 +176,6 @@ class DaskEngine:
         """Each worker's name -> its GPU (None for a CPU worker)."""
         info = self.client.scheduler_info()["workers"]
         self.names = {address: str(w.get("name", address)) for address, w in info.items()}
-        self.threads = {str(w.get("name", a)): w.get("nthreads", 1) for a, w in info.items()}
         found = self.client.run(visible_gpu)
         self.gpus = {self.names.get(address, address): gpu for address, gpu in found.items()}
         if self.measuring:
@@ -180,14 +183,9 @@ class DaskEngine:
         return self.gpus
 
     def require_measuring(self) -> None:
-        """Refuse workers that cannot measure: no GPU, several threads, two on one GPU, mixed models."""
-        crowded = sorted(name for name, n in self.threads.items() if n != 1)
-        if crowded:
-            raise BatchError(
-                f"Worker(s) {', '.join(crowded)} run several threads: they would time several notebooks on "
-                "one GPU at once.",
-                "start one single-threaded worker per GPU (`dask cuda worker ADDRESS`, or "
-                "`dask worker ADDRESS --nthreads 1` with CUDA_VISIBLE_DEVICES set per worker).")
+        """Refuse workers that cannot measure: no GPU, two on one GPU, mixed models. A worker of
+        several threads executes that many notebooks side by side on its GPU; they take turns for
+        the GPU's phases on a lock of the worker's machine (``kernelbook.phases``)."""
         missing = sorted(name for name, gpu in self.gpus.items() if gpu is None)
         if missing:
             raise BatchError(f"Worker(s) {', '.join(missing)} have no GPU, and this batch measures.",
@@ -416,8 +414,8 @@ def require_dask_cuda() -> None:
         raise BatchError("--gpus needs dask-cuda, which is not installed.", f"install it: {INSTALL_GPUS}.")
 
 
-def _cuda_cluster(spec: str):
-    """dask-cuda's LocalCUDACluster: one single-threaded worker per GPU."""
+def _cuda_cluster(spec: str, per_gpu: int = 2):
+    """dask-cuda's LocalCUDACluster: one worker per GPU, ``per_gpu`` notebooks at a time each."""
     require_dask_cuda()
     from dask_cuda import LocalCUDACluster
     count, ids = parse_gpus(spec)
@@ -437,7 +435,7 @@ def _cuda_cluster(spec: str):
                          f"(it has {', '.join(sorted(known))}).", "pass indices that nvidia-smi lists.")
     chosen = [visible_gpu(i, found) for i in ids.split(",")]
     check_one_model({f"GPU {i}": g for i, g in zip(ids.split(","), chosen)})
-    return LocalCUDACluster(CUDA_VISIBLE_DEVICES=ids, threads_per_worker=1,
+    return LocalCUDACluster(CUDA_VISIBLE_DEVICES=ids, threads_per_worker=per_gpu,
                             dashboard_address=":0" if _has_bokeh() else None)
 
 

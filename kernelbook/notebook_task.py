@@ -31,7 +31,22 @@ TOPIC = "kernelbook-batch"
 KERNEL_LOG_LEVEL = "CRITICAL"
 
 
-def _ipc_config(folder: Path):
+def _kernel_manager(env: dict[str, str]):
+    """A kernel manager class that starts the kernel with ``env`` added to this process's
+    environment. The environment is handed to the kernel alone, never set in this process, so
+    that two notebooks executing side by side in one worker (``--per-gpu 2``) cannot take each
+    other's staging folder or GPU."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class TaskKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            kw["env"] = {**os.environ, **(kw.get("env") or {}), **env}
+            return await super().start_kernel(**kw)
+
+    return TaskKernelManager
+
+
+def _ipc_config(folder: Path, env: dict[str, str] | None = None):
     """The kernel talks to papermill over Unix sockets (IPC), not unencrypted TCP on localhost:
     nothing to eavesdrop on, and ipykernel's "running over TCP without encryption" warning,
     once per notebook, has no cause any more. The sockets live in the task's private folder
@@ -47,6 +62,8 @@ def _ipc_config(folder: Path):
     # the batch's stderr, for a notebook that ended well. A notebook's own errors are in its
     # outputs, so the kernel's log says only what is critical.
     config.NotebookClient.extra_arguments = [f"--IPKernelApp.log_level={KERNEL_LOG_LEVEL}"]
+    if env:
+        config.NotebookClient.kernel_manager_class = _kernel_manager(env)
     return config
 
 
@@ -109,7 +126,8 @@ def execute(task: dict) -> dict:
            phases.PHASES_ENV: str(tmp / "phases.json")}
     if gpu:
         env["CUDA_VISIBLE_DEVICES"] = gpu["uuid"]  # dask-cuda leaves the other GPUs visible: not here
-    saved = {name: os.environ.get(name) for name in env}
+        # notebooks sharing this GPU take turns for the phases that use it (kernelbook.phases)
+        env[phases.GPU_LOCK_ENV] = str(phases.gpu_lock_path(gpu["uuid"]))
     started = time.perf_counter()
     try:
         if not Path(task["cwd"]).is_dir():
@@ -119,20 +137,14 @@ def execute(task: dict) -> dict:
         source = tmp / "notebook.ipynb"
         output = tmp / "executed.ipynb"
         source.write_text(task["notebook"], encoding="utf-8")
-        os.environ.update(env)  # the kernel inherits them (one task at a time per process)
         papermill.execute_notebook(str(source), str(output), parameters=task["parameters"],
                                    kernel_name=task["kernel_name"], progress_bar=task.get("progress_bar", False),
-                                   cwd=task["cwd"], config=_ipc_config(tmp))
+                                   cwd=task["cwd"], config=_ipc_config(tmp, env))
     except Exception as exc:  # one broken chapter must not stop the others
         result["error"] = short_error(exc)
     else:
         result["status"] = "ok"
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         result["seconds"] = round(time.perf_counter() - started, 2)
         try:
             output = tmp / "executed.ipynb"

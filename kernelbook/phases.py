@@ -18,18 +18,70 @@ from pathlib import Path
 
 #: The file a batch notebook's kernel writes its phase totals to (set per notebook by the batch).
 PHASES_ENV = "KERNELBOOK_PHASES_FILE"
-#: The phases, in the order the batch shows them ("other": the wall time no phase holds: starting
-#: the kernel, imports, reading recordings, drawing figures).
-NAMES = ("compile", "check", "time", "profile", "library", "ceilings", "other")
+#: The file lock that notebooks sharing a GPU take turns on (set per notebook by the batch).
+GPU_LOCK_ENV = "KERNELBOOK_GPU_LOCK"
+#: The phases, in the order the batch shows them ("wait": for the GPU, held by another notebook;
+#: "other": the wall time no phase holds: starting the kernel, imports, reading recordings,
+#: drawing figures).
+NAMES = ("compile", "check", "time", "profile", "library", "ceilings", "wait", "other")
+#: The phases that run work on the GPU. Where the batch runs two notebooks on one GPU, one holds
+#: the GPU for these while the other compiles, starts or draws: no timing shares the GPU with
+#: another notebook's kernels. A compile inside one of them gives the GPU back while nvcc runs.
+GPU_PHASES = frozenset({"check", "time", "profile", "library", "ceilings"})
 
 _TOTALS: dict[str, float] = {}
 _STACK: list[list] = []   # [name, start, seconds spent in nested phases]
+_LOCK: dict = {"file": None, "held": False}
+
+
+def gpu_lock_path(gpu_id: str) -> Path:
+    """The lock file of one GPU on this machine (its UUID or index in the name)."""
+    import tempfile
+
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in str(gpu_id))
+    return Path(tempfile.gettempdir()) / f"kernelbook-gpu-{safe}.lock"
+
+
+def _acquire() -> float:
+    """Take this GPU's lock (where the batch set one); the seconds spent waiting for it."""
+    target = os.environ.get(GPU_LOCK_ENV)
+    if not target or _LOCK["held"]:
+        return 0.0
+    import fcntl
+
+    if _LOCK["file"] is None:
+        _LOCK["file"] = open(target, "a+b")  # noqa: SIM115 - held open for the process's life
+    started = time.perf_counter()
+    fcntl.flock(_LOCK["file"].fileno(), fcntl.LOCK_EX)
+    _LOCK["held"] = True
+    return time.perf_counter() - started
+
+
+def _release() -> None:
+    if _LOCK["held"]:
+        import fcntl
+
+        fcntl.flock(_LOCK["file"].fileno(), fcntl.LOCK_UN)
+        _LOCK["held"] = False
+
+
+def _waited(seconds: float) -> None:
+    if seconds > 0.0:
+        _TOTALS["wait"] = _TOTALS.get("wait", 0.0) + seconds
+        if _STACK:   # the enclosing phase did not spend it
+            _STACK[-1][2] += seconds
 
 
 @contextmanager
 def phase(name: str):
-    if name not in NAMES or name == "other":
-        raise ValueError(f"unknown phase {name!r}; one of {', '.join(NAMES[:-1])}")
+    if name not in NAMES or name in ("other", "wait"):
+        raise ValueError(f"unknown phase {name!r}; one of {', '.join(n for n in NAMES if n not in ('wait', 'other'))}")
+    took = name in GPU_PHASES and not _LOCK["held"]
+    if took:
+        _waited(_acquire())
+    gave = name == "compile" and _LOCK["held"]
+    if gave:
+        _release()
     frame = [name, time.perf_counter(), 0.0]
     _STACK.append(frame)
     try:
@@ -40,7 +92,11 @@ def phase(name: str):
         _TOTALS[name] = _TOTALS.get(name, 0.0) + spent - frame[2]
         if _STACK:
             _STACK[-1][2] += spent
-        else:
+        if gave:
+            _waited(_acquire())
+        if took:
+            _release()
+        if not _STACK:
             _write()
 
 

@@ -36,6 +36,8 @@
 #                       named while others are is skipped), an entry without a prefix for all
 #   SANITIZE_LAYERS     comma-separated cases the sanitizer launches (default: every case), prefixed
 #                       the same way
+#   SANITIZE_JOBS       compute-sanitizer processes side by side per study (default 4; nothing is
+#                       timed after the batch, so they may share a GPU)
 #   DEADLINE            epoch seconds by which the sanitizer and AFTER_TESTS must end (their timeout
 #                       is what is left then; packing follows)
 #   AFTER_TESTS         GPU tests run after the batch, beside the sanitizer on a GPU of their own
@@ -191,7 +193,7 @@ elif [ -n "$batch_run" ] && [ -d "data/results/$batch_run" ]; then
     fi
     name="scripts/sanitize.py --study $study --run-id $batch_run (GPU $((slot % gpus)))"
     CUDA_VISIBLE_DEVICES=$((slot % gpus)) timeout "${SANITIZE_TIMEOUT:-300}" \
-      "$PY" scripts/sanitize.py --study "$study" --run-id "$batch_run" \
+      "$PY" scripts/sanitize.py --study "$study" --run-id "$batch_run" --jobs "${SANITIZE_JOBS:-4}" \
       ${steps:+--steps "$steps"} ${layers:+--layers "$layers"} > "$LOGS/sanitize-${study##*.}.log" 2>&1 &
     if [ "$gpus" -le 1 ]; then   # one GPU: one study after another
       wait $!

@@ -38,6 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--tools", default=",".join(TOOLS), help="compute-sanitizer tools (default memcheck,racecheck)")
     parser.add_argument("--size", "--batch", dest="size", type=int, default=None, help="size per launch (default: the study's small size)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per sanitizer process")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="sanitizer processes side by side on the GPU (default 1; nothing is timed here)")
     parser.add_argument("--default-params", action="store_true",
                         help="use each step's default parameters, not its recorded chapter's")
     parser.add_argument("--strict", action="store_true", help="exit 3 when nothing can be checked here")
@@ -85,35 +87,50 @@ def main(argv=None) -> int:
         return ([r for r in kept_records if (r["step"], r["layer"], r.get("tool")) not in done] + new_records,
                 {"logs": {**kept_logs, **new_logs}})
 
+    def check(step, layer_params, layer, name) -> tuple[dict, dict]:
+        t0 = time.monotonic()
+        try:
+            summary = sanitizer.run_sanitizer(study, name, step, layer_params, size, [layer], args.timeout)
+        except profiler_tools.ProfilerUnavailable as exc:
+            summary = {"errors": None, "rc": None, "passed": False, "log_tail": str(exc), "command": ""}
+        record = sanitizer.sanitizer_record(study, name, step, layer, size, summary)
+        record["params"] = layer_params.get(layer, {})
+        record["seconds"] = round(time.monotonic() - t0, 1)
+        return record, summary
+
     def measure(progress) -> session.Measurement:
         nonlocal bad
-        records, logs = [], {}
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        jobs = []   # (order, step, its recorded parameters, case, tool)
         for step in steps:
             chapter = None if args.default_params else load_recorded(study, step, prefer_run=args.run_id)
             layer_params = chapter.case_params() if chapter is not None else {}
             for layer in layers:
                 for name in tools:
-                    t0 = time.monotonic()
-                    try:
-                        summary = sanitizer.run_sanitizer(study, name, step, layer_params, size, [layer],
-                                                          args.timeout)
-                    except profiler_tools.ProfilerUnavailable as exc:
-                        summary = {"errors": None, "rc": None, "passed": False, "log_tail": str(exc), "command": ""}
-                    record = sanitizer.sanitizer_record(study, name, step, layer, size, summary)
-                    record["params"] = layer_params.get(layer, {})
-                    record["seconds"] = round(time.monotonic() - t0, 1)
-                    records.append(record)
-                    logs[f"{step}/{layer}/{name}"] = {"command": summary.get("command", ""),
-                                                         "log_tail": summary.get("log_tail", "")}
-                    verdict = ("did not run" if summary["errors"] is None else
-                               "pass" if summary["passed"] else f"FAIL ({summary['errors']} errors)")
-                    bad += verdict != "pass"
-                    print(f"sanitize: {step:18s} {layer} {name:10s} {verdict} ({record['seconds']} s)", flush=True)
-                    if verdict != "pass":
-                        print("  " + summary.get("log_tail", "").replace("\n", "\n  ")[-3000:], flush=True)
-                    all_records, extra = merged(records, logs)
-                    progress(all_records, [], extra)  # after every check: a timeout keeps what finished
-        all_records, extra = merged(records, logs)
+                    jobs.append((len(jobs), step, layer_params, layer, name))
+        done: dict[int, dict] = {}
+        logs = {}
+        # Each check is its own compute-sanitizer process; --jobs runs several at once (the results
+        # are recorded in this thread, in the study's order, after every one that ends).
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = {pool.submit(check, step, lp, layer, name): (order, step, layer, name)
+                       for order, step, lp, layer, name in jobs}
+            for future in as_completed(futures):
+                order, step, layer, name = futures[future]
+                record, summary = future.result()
+                done[order] = record
+                logs[f"{step}/{layer}/{name}"] = {"command": summary.get("command", ""),
+                                                     "log_tail": summary.get("log_tail", "")}
+                verdict = ("did not run" if summary["errors"] is None else
+                           "pass" if summary["passed"] else f"FAIL ({summary['errors']} errors)")
+                bad += verdict != "pass"
+                print(f"sanitize: {step:18s} {layer} {name:10s} {verdict} ({record['seconds']} s)", flush=True)
+                if verdict != "pass":
+                    print("  " + summary.get("log_tail", "").replace("\n", "\n  ")[-3000:], flush=True)
+                all_records, extra = merged([done[k] for k in sorted(done)], logs)
+                progress(all_records, [], extra)  # after every check: a timeout keeps what finished
+        all_records, extra = merged([done[k] for k in sorted(done)], logs)
         return session.Measurement(all_records, [], extra)
 
     found = session.recorded(part, study.name, measure, parameters=parameters, mode="measure", run_id=args.run_id)

@@ -240,6 +240,7 @@ session.keep("tiny-page{n}", "tiny", got, {{"value": value}}, run_id, {{"name": 
 back = session.replayed("tiny-page{n}", "tiny", prefer_run=run_id)
 print("read back", back.records[0]["value"], back.session.run.run_id == run_id)
 print("sees", os.environ.get("CUDA_VISIBLE_DEVICES"))
+print("turns on", os.environ.get("KERNELBOOK_GPU_LOCK"))
 ```
 """
 
@@ -509,7 +510,9 @@ echo "1, GPU-1b1b1b1b-1111-1111-1111-111111111111, NVIDIA H100 80GB HBM3, 580.65
 @pytest.mark.slow
 def test_gpu_workers_each_measure_on_their_own_gpu_into_one_run(tmp_path, results_root, no_gpu, monkeypatch):
     """--gpus without GPUs: nvidia-smi is faked, and dask-cuda's cluster is stood in for by two
-    single-threaded workers whose CUDA_VISIBLE_DEVICES dask-cuda would have rotated ("0,1", "1,0")."""
+    workers of two threads (two notebooks side by side per GPU, the default) whose
+    CUDA_VISIBLE_DEVICES dask-cuda would have rotated ("0,1", "1,0"). Each kernel sees its own
+    GPU and stages its own records although two run in one worker process."""
     from conftest import fabricate_chapter
     from distributed import Nanny, Scheduler, SpecCluster
 
@@ -521,18 +524,18 @@ def test_gpu_workers_each_measure_on_their_own_gpu_into_one_run(tmp_path, result
     monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
     started = []
 
-    def stand_in(spec):
-        started.append(spec)
-        workers = {i: {"cls": Nanny, "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": v}}}
+    def stand_in(spec, per_gpu):
+        started.append((spec, per_gpu))
+        workers = {i: {"cls": Nanny, "options": {"nthreads": per_gpu, "env": {"CUDA_VISIBLE_DEVICES": v}}}
                    for i, v in enumerate(["0,1", "1,0"])}
         return SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": None}}, workers=workers)
 
     monkeypatch.setattr(cluster, "_cuda_cluster", stand_in)
     monkeypatch.setattr(cluster, "require_dask_cuda", lambda: None)
-    book = _measuring_book(tmp_path / "mbook", pages=3)
+    book = _measuring_book(tmp_path / "mbook", pages=5)
     run_id = results.new_run_id()
     report, lines = _run(book, tmp_path / "out", run_id=run_id, gpus="2")
-    assert started == ["2"] and report.ok and report.measuring, lines
+    assert started == [("2", 2)] and report.ok and report.measuring, lines
     uuids = {"GPU-0a0a0a0a-0000-0000-0000-000000000000", "GPU-1b1b1b1b-1111-1111-1111-111111111111"}
     assert {g["uuid"] for g in report.gpus} == uuids and report.workers == 2
     run = results.load_run(run_id, results_root)
@@ -540,12 +543,13 @@ def test_gpu_workers_each_measure_on_their_own_gpu_into_one_run(tmp_path, result
     for entry in report.notebooks:
         seen = _outputs(tmp_path / "out" / f"{entry.name}.ipynb")[-1]
         assert f"sees {entry.gpu}" in seen  # the kernel saw its worker's GPU, and only it, by UUID
+        assert f"kernelbook-gpu-{entry.gpu}.lock" in seen  # and takes turns on that GPU's lock
         part = run.read_part("tiny-" + entry.name.split("/")[1])
         assert part["gpu"]["uuid"] == entry.gpu and all(r["gpu"] == entry.gpu for r in part["records"])
         assert entry.run_id == run_id
     # the measured pages of one folder run side by side (none reads what another records)
     finished = sorted(line.split(" ...")[0] for line in lines if " ... ok" in line)
-    assert finished == ["[1/3] part/page1", "[2/3] part/page2", "[3/3] part/page3"]
+    assert finished == [f"[{i}/5] part/page{i}" for i in range(1, 6)]
     assert all(", GPU " in line for line in lines if " ... ok" in line)
     assert results.check_store(results_root) == []
 
