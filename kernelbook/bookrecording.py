@@ -12,7 +12,7 @@ from . import results
 from .errors import ParameterError
 
 #: The GPU whose recording a page shows when it is not told otherwise (a page's ``device=``).
-DEFAULT_DEVICE = "H100"
+DEFAULT_DEVICE = "H200"
 
 
 def _on(run: results.Run, device: str) -> bool:
@@ -28,16 +28,25 @@ def complete(study, run: results.Run) -> bool:
     return all(run.has_part(study.part(slug)) for slug in study.steps.slugs())
 
 
+def _evidence(study, run: results.Run) -> int:
+    """How many of ``study``'s parts ``run`` holds (steps, profiles, sanitizer rows, libraries)."""
+    return sum(1 for name in run.part_names() if name.startswith(f"{study.name}-"))
+
+
 def book_run(study, device: str | None = None) -> results.Run | None:
     """The book's recording of ``study`` on ``device`` (part of the GPU's name, e.g. "H200"; None:
-    ``DEFAULT_DEVICE``): the newest run made on that GPU that holds every step of the study, so
-    that a page reads every number from one run. None when no run does (a page then reads each
-    part from the newest run that holds it, and says so)."""
+    ``DEFAULT_DEVICE``): a run made on that GPU that holds every step of the study, so that a page
+    reads every number from one run — of the newest commit so recorded, and of its runs the one
+    holding the most of the study's evidence (a run with Nsight Compute profiles before one of
+    the same code without). None when no run is whole (a page then reads each part from the
+    newest run that holds it, and says so)."""
     want = device or DEFAULT_DEVICE
-    for run in reversed(results.runs_with(study.part(study.steps.steps[-1].slug))):
-        if _on(run, want) and complete(study, run):
-            return run
-    return None
+    whole = [run for run in results.runs_with(study.part(study.steps.steps[-1].slug))
+             if _on(run, want) and complete(study, run)]
+    if not whole:
+        return None
+    newest = [run for run in whole if run.commit == whole[-1].commit]
+    return max(reversed(newest), key=lambda run: _evidence(study, run))
 
 
 def recorded_devices(study) -> list[str]:

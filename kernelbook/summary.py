@@ -144,16 +144,24 @@ def step_chart(study):
 
 
 def devices(study):
-    """Each device's recording of every step (rows: step and case, columns: devices)."""
+    """Each device's recording of every step (rows: step and case, columns: devices): the book's
+    run of the study on that device where one holds every step, else each step's newest run."""
+    from .bookrecording import book_run
+
+    runs = [r for r in results.list_runs() if not results.is_candidate(r)]   # (a candidate: cited by id)
     by_device: dict = {}
-    for run in (r for r in results.list_runs() if not results.is_candidate(r)):   # (a candidate: cited by id)
-        for slug in study.steps.slugs():
-            part = results.readable_part(run, study.part(slug))
-            if part is None:
-                continue
-            for r in part["records"]:
-                if r["metric"] == study.time_metric and r["value"] is not None:
-                    by_device.setdefault(run.device, {})[(slug, r["layer"], r["size"])] = r["value"]
+    read: dict = {}
+    for device in dict.fromkeys(r.device for r in runs):
+        whole = book_run(study, device)
+        for run in [whole] if whole is not None else [r for r in runs if r.device == device]:
+            for slug in study.steps.slugs():
+                part = results.readable_part(run, study.part(slug))
+                if part is None:
+                    continue
+                for r in part["records"]:
+                    if r["metric"] == study.time_metric and r["value"] is not None:
+                        by_device.setdefault(device, {})[(slug, r["layer"], r["size"])] = r["value"]
+                        read.setdefault(device, set()).add(run.run_id)
     if len(by_device) < 2:
         names = ", ".join(by_device) or "none"
         return styled(pd.DataFrame({"": [f"Only one device is recorded for this study ({names}); a run on another "
@@ -161,7 +169,9 @@ def devices(study):
     keys = sorted({k for d in by_device.values() for k in d}, key=lambda k: (study.steps.slugs().index(k[0]), k[1], k[2]))
     rows = [{"Step": k[0], study.case_header: k[1], "Size": k[2],
              **{dev: format_ms(vals[k]) if k in vals else "–" for dev, vals in by_device.items()}} for k in keys]
-    return styled(pd.DataFrame(rows), "The newest recording of each step on each device (medians).")
+    named = "; ".join(f"{device}: run {', '.join(sorted(ids))}" for device, ids in read.items())
+    return styled(pd.DataFrame(rows), "Each device's recording of every step (medians): the book's run of the "
+                  f"study on that device, else each step's newest run ({named}).")
 
 
 def reported_best(study):

@@ -144,11 +144,17 @@ def device_limits():
 
     from .evidence.datasheet import peaks_table
 
-    newest: dict = {}
+    measured: dict = {}   # device -> [(run, found)], oldest first
     for run in results.list_runs():
         found = ceilings_for(run.run_id)
         if found.session is not None and found.session.run.run_id == run.run_id:
-            newest[run.device] = (run, found)   # list_runs is oldest first: the last one stays
+            measured.setdefault(run.device, []).append((run, found))
+    # As the book's recording is chosen (kernelbook.bookrecording): of the newest commit that
+    # measured the device's ceilings, the fullest run (the one a page of that GPU reads).
+    newest: dict = {}
+    for device, found in measured.items():
+        latest = [item for item in found if item[0].commit == found[-1][0].commit]
+        newest[device] = max(reversed(latest), key=lambda item: len(item[0].part_names()))
     if not newest:
         return styled(pd.DataFrame({"": ["No device ceilings are recorded yet."]}), "The devices' limits")
     for device, (run, found) in newest.items():

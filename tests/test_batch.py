@@ -749,6 +749,24 @@ if __name__ == "__main__":
 """
 
 
+def _slow_book(tmp_path, pages: int):
+    """A tiny book with ``pages`` pages that each sleep 4 s in the batch under test (size 5),
+    executed once before it (replay, one worker) so that every page has an earlier output."""
+    from tinybook import GOOD
+
+    book = make_book(tmp_path / "tiny", with_bad=False)
+    toc = book / "_toc.yml"
+    for n in range(pages):
+        (book / "book" / "part" / f"slow{n}.md").write_text(GOOD.replace(
+            "print(f", f"import time\nif size == 5:  # the batch under test, not the one before it\n"
+                       f"    open('started-{n}', 'w').close()\n    time.sleep(4)\nprint(f"))
+        toc.write_text(toc.read_text() + f"      - file: book/part/slow{n}\n")
+    report, _ = _run(book, book / "out", mode="replay", workers=1)
+    assert report.ok
+    assert not list((book / "book" / "part").glob("started-*"))  # only the batch under test starts them
+    return book
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("group", [True, False], ids=["terminal", "batch-only"])
 def test_ctrl_c_at_the_terminal_prints_nothing_else_and_keeps_every_earlier_notebook(tmp_path, results_root, no_gpu,
@@ -760,20 +778,9 @@ def test_ctrl_c_at_the_terminal_prints_nothing_else_and_keeps_every_earlier_note
     import sys
     import time
 
-    from tinybook import GOOD
-
     from kernelbook.build import stage_book
 
-    book = make_book(tmp_path / "tiny", with_bad=False)
-    toc = book / "_toc.yml"
-    for n in range(4):
-        (book / "book" / "part" / f"slow{n}.md").write_text(GOOD.replace(
-            "print(f", f"import time\nif size == 5:  # the batch under test, not the one before it\n"
-                       f"    open('started-{n}', 'w').close()\n    time.sleep(4)\nprint(f"))
-        toc.write_text(toc.read_text() + f"      - file: book/part/slow{n}\n")
-    report, _ = _run(book, book / "out", mode="replay", workers=1)
-    assert report.ok
-    assert not list((book / "book" / "part").glob("started-*"))  # only the batch under test starts them
+    book = _slow_book(tmp_path, 4)
     earlier = {p: p.read_bytes() for p in (book / "out").rglob("*.ipynb")}
     script = tmp_path / "client.py"
     script.write_text(SIGINT_AGAIN)
@@ -800,7 +807,7 @@ def test_ctrl_c_at_the_terminal_prints_nothing_else_and_keeps_every_earlier_note
     assert all(nb["status"] == "ok" for nb in saved.values()), saved
     for path, before in earlier.items():
         assert path.is_file()  # an unfinished notebook keeps its earlier executed file
-    stage_book(book / "out", tmp_path / "stage", toc=toc, config=book / "_config.yml", book_root=book / "book")
+    stage_book(book / "out", tmp_path / "stage", toc=book / "_toc.yml", config=book / "_config.yml", book_root=book / "book")
 
 
 @pytest.mark.slow
@@ -866,20 +873,9 @@ def test_a_killed_batch_leaves_every_earlier_notebook_buildable(tmp_path, no_gpu
     import sys
     import time
 
-    from tinybook import GOOD
-
     from kernelbook.build import stage_book
 
-    book = make_book(tmp_path / "tiny", with_bad=False)
-    toc = book / "_toc.yml"
-    for n in range(3):
-        (book / "book" / "part" / f"slow{n}.md").write_text(GOOD.replace(
-            "print(f", f"import time\nif size == 5:  # the batch under test, not the one before it\n"
-                       f"    open('started-{n}', 'w').close()\n    time.sleep(4)\nprint(f"))
-        toc.write_text(toc.read_text() + f"      - file: book/part/slow{n}\n")
-    report, _ = _run(book, book / "out", mode="replay", workers=1)
-    assert report.ok
-    assert not list((book / "book" / "part").glob("started-*"))  # only the batch under test starts them
+    book = _slow_book(tmp_path, 3)
     script = tmp_path / "client.py"
     script.write_text(KILLED_CLIENT)
     client = subprocess.Popen([sys.executable, str(script), str(book), str(workers)], stdout=subprocess.DEVNULL,
@@ -891,4 +887,4 @@ def test_a_killed_batch_leaves_every_earlier_notebook_buildable(tmp_path, no_gpu
     assert client.wait(timeout=60) == -getattr(signal, how)  # it was running, and the signal ended it
     saved = {nb["name"]: nb for nb in json.loads((book / "out" / "batch.json").read_text())["notebooks"]}
     assert len(saved) == 4 and all(nb["status"] == "ok" for nb in saved.values()), saved
-    stage_book(book / "out", tmp_path / "stage", toc=toc, config=book / "_config.yml", book_root=book / "book")
+    stage_book(book / "out", tmp_path / "stage", toc=book / "_toc.yml", config=book / "_config.yml", book_root=book / "book")

@@ -130,13 +130,14 @@ def test_a_step_that_routes_by_gpu_is_judged_as_its_recording_ran(no_gpu):
 
 
 def test_the_profiles_page_reads_its_gpus_runs_only(no_gpu):
-    """The store holds H100 runs and an H200 run of VGG: the profiles page, replaying the H100's
-    recordings, names no H200 run in its environment tables; asked for the H200, only that."""
+    """The store holds H100 runs and H200 runs of VGG: the profiles page, replaying the H200's
+    recordings (the default), names no H100 run in its environment tables; asked for the H100,
+    no H200 run."""
     from kernelbook.evidence.page import environment_tables, open_page
     from kernelbook.session import pinned_to
     from kernelbook.vgg import STUDY
 
-    for device, absent in ((None, "H200"), ("H200", "H100")):
+    for device, absent in ((None, "H100"), ("H100", "H200")):
         with pinned_to(None):
             page = open_page(STUDY, mode="replay", device=device)
             html = "".join(t.to_html() for t in environment_tables(STUDY, page.prefer, page.found_ceilings,

@@ -84,3 +84,37 @@ def test_the_device_limits_show_the_datasheet_beside_each_device_measured(monkey
     assert shown
     html = shown[0].to_html()
     assert "H100 SXM column" in html and "Measured / datasheet" in html and "ceilings of run" in html
+
+
+def test_the_device_limits_read_the_fullest_run_of_each_device_s_newest_commit(monkeypatch):
+    """Two runs of one commit measured the H200's ceilings (one with profiles, one without): the
+    table reads the fuller one, the run the book's H200 pages read, not merely the newest."""
+    import re
+
+    from kernelbook import results
+    from kernelbook.verdict import ceilings_for
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", shown.append)
+    summary.device_limits()
+    named = [re.search(r"ceilings of run (\S+)\.", t.to_html()).group(1) for t in shown]
+    runs = results.list_runs()
+    for run_id in named:
+        chosen = results.load_run(run_id)
+        same = [r for r in runs if r.device == chosen.device and ceilings_for(r.run_id).session is not None
+                and ceilings_for(r.run_id).session.run.run_id == r.run_id]
+        assert chosen.commit == same[-1].commit
+        assert all(len(r.part_names()) <= len(chosen.part_names()) for r in same if r.commit == chosen.commit)
+
+
+def test_the_devices_table_reads_each_device_s_book_run_alone():
+    from kernelbook import results
+    from kernelbook.bookrecording import book_run
+    from kernelbook.vgg import STUDY
+
+    caption = summary.devices(STUDY).to_html().split("<caption>")[1].split("</caption>")[0]
+    books = [book_run(STUDY, device) for device in ("H100", "H200")]
+    assert None not in books and all(run.run_id in caption for run in books)
+    ids = {run.run_id for run in books}
+    others = [r.run_id for r in results.list_runs() if r.run_id not in ids and r.has_part(STUDY.part("hopper-split"))]
+    assert others and not any(run_id in caption for run_id in others)   # newer or older, not read here

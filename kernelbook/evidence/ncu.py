@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from .. import results
 from .. import session as session_mod
 from ..phases import timed
 from ..report import message_table, record_value, styled
@@ -263,13 +264,26 @@ def _caption_tags(steps: dict) -> str:
     return " | ".join(f"{role}: {sess.short_label}" for role, (_, sess, _) in steps.items())
 
 
+def unprofiled(study, run) -> bool:
+    """Whether ``run`` was measured without Nsight Compute: it holds no profile of any of
+    ``study``'s steps (a batch with ``PROFILE=0``)."""
+    return run is not None and not any(name.startswith(f"{study.name}-") and name.endswith("-ncu")
+                                       for name in run.part_names())
+
+
+def _absent(study, run, what: str) -> str:
+    if unprofiled(study, run):
+        return (f"No Nsight Compute metrics for {what}: run {run.run_id} was measured without Nsight Compute "
+                "(make book PROFILE=0).")
+    return f"No Nsight Compute metrics recorded for {what} ({NOT_RECORDED})."
+
+
 def ncu_comparison(chapter, evidence: session_mod.Recording | None = None, metrics: Iterable[str] = COMPARED):
     """The write-ups' profiler table: this step's metrics per case, changes against the previous
     step and the baseline (each from the chapter's run when it holds them, else its newest)."""
     steps = _steps(chapter, evidence)
     if "this step" not in steps:
-        return message_table(f"No Nsight Compute metrics recorded for {chapter.slug} ({NOT_RECORDED}).",
-                             "Nsight Compute")
+        return message_table(_absent(chapter.study, chapter.session.run, chapter.slug), "Nsight Compute")
     frame = comparison_frame(steps, chapter.study.cases, metrics, chapter.study.case_header)
     size = next((r["size"] for r in steps["this step"][2] if r.get("size")), chapter.study.profile_size)
     where = ("each case at its own size" if chapter.study.rows == "cases"
@@ -306,7 +320,8 @@ def stall_table(chapter, evidence: session_mod.Recording | None = None):
     """Top warp-stall reasons per case: cycles a warp spends stalled per issued instruction."""
     steps = _steps(chapter, evidence)
     if "this step" not in steps:
-        return message_table(f"No warp-stall reasons recorded for {chapter.slug} ({NOT_RECORDED}).",
+        return message_table(_absent(chapter.study, chapter.session.run if chapter.session else None,
+                                     chapter.slug).replace("Nsight Compute metrics", "warp-stall reasons", 1),
                              "Warp stalls")
     return styled(stall_frame(steps, chapter.study.cases, chapter.study.case_header),
                   f"Top warp-stall reasons (warp cycles stalled per issued instruction, #rank within the step). "
@@ -344,8 +359,9 @@ def ncu_overview(study, steps: Iterable[str] | None = None, prefer_run: str | No
     recorded = {v: f for v, f in found.items() if f[0] is not None}
     absent = [v for v in steps if v not in recorded]
     if not recorded:
-        return message_table(f"No Nsight Compute metrics are recorded for any step ({NOT_RECORDED}).",
-                              "Nsight Compute, every step")
+        run_id = prefer_run or session_mod.pinned()[0]
+        run = results.load_run(run_id) if run_id else None
+        return message_table(_absent(study, run, "any step"), "Nsight Compute, every step")
     rows = []
     for layer in study.cases:
         for metric in metrics:

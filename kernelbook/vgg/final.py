@@ -1,6 +1,6 @@
 """Steps 09 and 10 of the VGG study: Winograd F(2×2, K×K) in FP32, and the final step, which runs
-the fastest FP32-accurate kernel of the study for the call (step 13's 3xTF32 on Hopper's own path
-on a Hopper GPU; elsewhere Winograd where it has transform tables, 3xTF32 otherwise)."""
+the FP32-accurate kernel of the study chosen for the call's GPU (step 13's 3xTF32 on Hopper's own
+path on a Hopper GPU; elsewhere Winograd where it has transform tables, 3xTF32 otherwise)."""
 
 from __future__ import annotations
 
@@ -133,11 +133,12 @@ def on_hopper() -> bool:
 
 
 class Final(ThreeTF32):
-    """Step 10: the fastest FP32-accurate kernel of the study for the call.
+    """Step 10: the FP32-accurate kernel of the study chosen for the call's GPU.
 
     On a Hopper GPU that is step 13, 3xTF32 on Hopper's own path (TMA + wgmma,
-    kernels/vgg/13_hopper_3xtf32.cu): the recorded runs time it fastest of the FP32-accurate steps
-    (steps 08, 09, 13 and 14's pages), and it passes the range test. Elsewhere (and for a shape
+    kernels/vgg/13_hopper_3xtf32.cu): the fastest FP32-accurate step on the H100 (on the H200,
+    step 14 is faster in the recorded runs, and this route does not follow it), and it passes the
+    range test. Elsewhere (and for a shape
     step 13 refuses) it is step 09's Winograd F(2×2, K×K) for K in 1, 3, 5, 7 (its kernels, from
     kernels/vgg/09_winograd.cu), which the recorded runs time faster than 3xTF32 at B=1, and for
     other K this file's 3xTF32 implicit GEMM (step 08's kernel with step 08's tile). All three are

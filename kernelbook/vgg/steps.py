@@ -28,7 +28,7 @@ STEPS = StepList("vgg", [
     Step(7, "tf32", "07_tf32_implicit_gemm", "Implicit GEMM on TF32 tensor cores, fused epilogue", TF32),
     Step(8, "3xtf32", "08_3xtf32", "FP32 accuracy on tensor cores: 3xTF32", ThreeTF32),
     Step(9, "winograd", "09_winograd", "Winograd F(2×2, 5×5) in FP32", Winograd),
-    Step(10, "final", "10_final", "Final: the fastest FP32-accurate kernel", Final),
+    Step(10, "final", "10_final", "Final: the FP32-accurate kernel chosen for the GPU", Final),
     Step(11, "hopper-tf32", "11_hopper_tf32", "Hopper's own path: TMA + wgmma implicit GEMM in TF32", HopperTF32,
          builds_on="tf32"),
     Step(12, "hopper-fp16", "12_hopper_fp16", "Hopper's path with FP16 operands", HopperFP16),
