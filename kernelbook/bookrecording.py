@@ -33,6 +33,16 @@ def _evidence(study, run: results.Run) -> int:
     return sum(1 for name in run.part_names() if name.startswith(f"{study.name}-"))
 
 
+def fullest_of_newest_commit(runs: list, weight):
+    """Of ``runs`` (oldest first), those of the newest one's commit, and of them the one with the
+    largest ``weight(run)`` (the newest among equals): how the book picks its recording among runs
+    that each would do. None for no runs."""
+    if not runs:
+        return None
+    newest = [run for run in runs if run.commit == runs[-1].commit]
+    return max(reversed(newest), key=weight)
+
+
 def book_run(study, device: str | None = None) -> results.Run | None:
     """The book's recording of ``study`` on ``device`` (part of the GPU's name, e.g. "H200"; None:
     ``DEFAULT_DEVICE``): a run made on that GPU that holds every step of the study, so that a page
@@ -43,10 +53,7 @@ def book_run(study, device: str | None = None) -> results.Run | None:
     want = device or DEFAULT_DEVICE
     whole = [run for run in results.runs_with(study.part(study.steps.steps[-1].slug))
              if _on(run, want) and complete(study, run)]
-    if not whole:
-        return None
-    newest = [run for run in whole if run.commit == whole[-1].commit]
-    return max(reversed(newest), key=lambda run: _evidence(study, run))
+    return fullest_of_newest_commit(whole, lambda run: _evidence(study, run))
 
 
 def recorded_devices(study) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import results
+from .bookrecording import fullest_of_newest_commit
 from .bookrun import book_vendor, headline_size, load_recorded, vendor_of_run
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
@@ -75,6 +76,7 @@ def verdict_frame(study) -> pd.DataFrame:
     found_vendor = book_vendor(study)
     lib_run = found_vendor.session.run.run_id if found_vendor.found else None
     in_lib_run = {s: load_recorded(study, s, prefer_run=lib_run) for s in study.steps.slugs()} if lib_run else {}
+    libraries = {lib_run: found_vendor}   # run id -> the library rows it timed itself (None: none)
     rows = []
     for case in study.cases:
         size = headline_size(study, case, chapters)
@@ -92,7 +94,9 @@ def verdict_frame(study) -> pd.DataFrame:
             for found in [c for c in candidates if c is not None]:
                 chapter, rec = found
                 run_id = chapter.session.run.run_id
-                own = found_vendor if run_id == lib_run else vendor_of_run(study, run_id, None)
+                if run_id not in libraries:
+                    libraries[run_id] = vendor_of_run(study, run_id, None)
+                own = libraries[run_id]
                 lib = _library_beside(study, own, case, size, precision) if own is not None else None
                 floor = floor_ms(problem, ceilings_for(run_id), step_math(chapter, case))
                 rows.append({study.case_header: case, "Size": f"{size:,}", "Precision": PRECISION_WORDS[precision],
@@ -144,17 +148,17 @@ def device_limits():
 
     from .evidence.datasheet import peaks_table
 
-    measured: dict = {}   # device -> [(run, found)], oldest first
+    measured: dict = {}   # device -> [run], oldest first
+    found: dict = {}      # run id -> its ceilings
     for run in results.list_runs():
-        found = ceilings_for(run.run_id)
-        if found.session is not None and found.session.run.run_id == run.run_id:
-            measured.setdefault(run.device, []).append((run, found))
-    # As the book's recording is chosen (kernelbook.bookrecording): of the newest commit that
-    # measured the device's ceilings, the fullest run (the one a page of that GPU reads).
-    newest: dict = {}
-    for device, found in measured.items():
-        latest = [item for item in found if item[0].commit == found[-1][0].commit]
-        newest[device] = max(reversed(latest), key=lambda item: len(item[0].part_names()))
+        ceilings = ceilings_for(run.run_id)
+        if ceilings.session is not None and ceilings.session.run.run_id == run.run_id:
+            measured.setdefault(run.device, []).append(run)
+            found[run.run_id] = ceilings
+    # As the book's recording is chosen: the fullest run of the newest commit that measured them.
+    chosen = {device: fullest_of_newest_commit(runs, lambda run: len(run.part_names()))
+              for device, runs in measured.items()}
+    newest = {device: (run, found[run.run_id]) for device, run in chosen.items()}
     if not newest:
         return styled(pd.DataFrame({"": ["No device ceilings are recorded yet."]}), "The devices' limits")
     for device, (run, found) in newest.items():

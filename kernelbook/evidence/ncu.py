@@ -267,15 +267,14 @@ def _caption_tags(steps: dict) -> str:
 def unprofiled(study, run) -> bool:
     """Whether ``run`` was measured without Nsight Compute: it holds no profile of any of
     ``study``'s steps (a batch with ``PROFILE=0``)."""
-    return run is not None and not any(name.startswith(f"{study.name}-") and name.endswith("-ncu")
-                                       for name in run.part_names())
+    return run is not None and not any(run.has_part(study.part(slug, "ncu")) for slug in study.steps.slugs())
 
 
-def _absent(study, run, what: str) -> str:
+def _absent(study, run, what: str, kind: str = "Nsight Compute metrics") -> str:
+    """Why there is no profile of ``what`` here: the run was measured without profiles, or none yet."""
     if unprofiled(study, run):
-        return (f"No Nsight Compute metrics for {what}: run {run.run_id} was measured without Nsight Compute "
-                "(make book PROFILE=0).")
-    return f"No Nsight Compute metrics recorded for {what} ({NOT_RECORDED})."
+        return f"No {kind} for {what}: run {run.run_id} was measured without Nsight Compute (make book PROFILE=0)."
+    return f"No {kind} recorded for {what} ({NOT_RECORDED})."
 
 
 def ncu_comparison(chapter, evidence: session_mod.Recording | None = None, metrics: Iterable[str] = COMPARED):
@@ -321,8 +320,7 @@ def stall_table(chapter, evidence: session_mod.Recording | None = None):
     steps = _steps(chapter, evidence)
     if "this step" not in steps:
         return message_table(_absent(chapter.study, chapter.session.run if chapter.session else None,
-                                     chapter.slug).replace("Nsight Compute metrics", "warp-stall reasons", 1),
-                             "Warp stalls")
+                                     chapter.slug, "warp-stall reasons"), "Warp stalls")
     return styled(stall_frame(steps, chapter.study.cases, chapter.study.case_header),
                   f"Top warp-stall reasons (warp cycles stalled per issued instruction, #rank within the step). "
                   f"[{_caption_tags(steps)}]")

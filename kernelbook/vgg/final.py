@@ -138,9 +138,9 @@ class Final(ThreeTF32):
     On a Hopper GPU that is step 13, 3xTF32 on Hopper's own path (TMA + wgmma,
     kernels/vgg/13_hopper_3xtf32.cu): the fastest FP32-accurate step on the H100 (on the H200,
     step 14 is faster in the recorded runs, and this route does not follow it), and it passes the
-    range test. Elsewhere (and for a shape
-    step 13 refuses) it is step 09's Winograd F(2×2, K×K) for K in 1, 3, 5, 7 (its kernels, from
-    kernels/vgg/09_winograd.cu), which the recorded runs time faster than 3xTF32 at B=1, and for
+    range test. Elsewhere (and for a shape step 13 refuses) it is step 09's Winograd F(2×2, K×K)
+    for K in 1, 3, 5, 7 (its kernels, from kernels/vgg/09_winograd.cu), which the recorded runs
+    time faster than 3xTF32 at B=1, and for
     other K this file's 3xTF32 implicit GEMM (step 08's kernel with step 08's tile). All three are
     FP32-accurate (tolerance 1e-5). With a raw weight array, step 13 packs it on its first call
     and compares it with that copy on the device on each later one (no copy to the host).
