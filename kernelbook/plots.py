@@ -56,6 +56,9 @@ NARROW_PX = 368
 NARROW_IN = 4.2
 NARROW_MEDIA = "(max-width: 600px)"
 MIN_TEXT_PX = 9.0
+#: A key and a footer are read against the marks and looked up, not glanced at: in the narrow
+#: variant they are drawn larger than the floor (CSS px at NARROW_PX).
+KEY_TEXT_PX = 11.0
 #: A panel with more text labels than this (a heat map's values) shows none in the narrow variant.
 CELL_LABELS = 12
 #: The reading column at 1280 px (book/_static/kernelbook.css), where the wide PNG is shown.
@@ -178,22 +181,30 @@ def narrow(fig, min_pt: float | None = None) -> None:
         height = each * len(cells)
     else:
         height = max(each * rows, old_h * NARROW_IN / old_w)
+    key_pt = max(min_pt, KEY_TEXT_PX * 72.0 * NARROW_IN / NARROW_PX)
     foot = [t for t in fig.texts if t.get_position()[1] < 0.15]
-    key_in = (0.2 * len(entries) * min_pt / 7.5 + 0.15) if entries else 0.0
+    for text in foot:   # the run a figure comes from: larger than the floor, wrapped anew at that size
+        text.set_fontsize(max(text.get_fontsize(), key_pt * 0.9))
+        text.set_text(" ".join(text.get_text().split("\n")))
+        _wrap_text(text, int(NARROW_IN * 72 / (0.55 * text.get_fontsize())))
+    key_in = (len(entries) * key_pt * 1.45 / 72 + 0.15) if entries else 0.0
     foot_in = max((_lines(t) * t.get_fontsize() * 1.3 / 72 + 0.1 for t in foot), default=0.0)
     top_in = (_lines(fig._suptitle) * fig._suptitle.get_fontsize() * 1.3 / 72 + 0.15) if fig._suptitle else 0.0
     total = height + key_in + foot_in + top_in
     fig.set_size_inches(NARROW_IN, total)
-    if entries:
-        fig.legend([h for h, _ in entries], [label for _, label in entries], loc="lower center", ncol=1,
-                   frameon=False, fontsize=min_pt, bbox_to_anchor=(0.5, foot_in / total))
+    if fig._suptitle is not None:   # at the very top, the key under it
+        fig._suptitle.set_y(1 - 0.06 / total)
+        fig._suptitle.set_va("top")
+    if entries:   # the key above the panels, under the title: read before the first panel, not after the last
+        fig.legend([h for h, _ in entries], [label for _, label in entries], loc="upper center", ncol=1,
+                   frameon=False, fontsize=key_pt, bbox_to_anchor=(0.5, 1 - top_in / total))
     fig.set_layout_engine("none")
     for ax in fig.axes:  # each panel where its (new) cell is, before the layout adjusts the margins
         if ax.get_subplotspec() is not None:
             ax._set_position(ax.get_subplotspec().get_position(fig))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # what cannot be tightened shows in the measured text size
-        fig._kernelbook_rect = (0, (key_in + foot_in) / total, 1, 1 - top_in / total)
+        fig._kernelbook_rect = (0, foot_in / total, 1, 1 - (top_in + key_in) / total)
         fig.tight_layout(rect=fig._kernelbook_rect)
 
 

@@ -70,7 +70,10 @@ class Session:
         return f"{kind}: {self.run.device}, {self.run.created_utc[:10]}, {self.run.commit}, run {self.run.run_id}"
 
     def _repr_markdown_(self) -> str:
-        return f"**{'Measured' if self.measuring else 'Replayed'}.** {md_text(self.label)}"
+        """The label with its first words in bold, said once ("**Replayed recording** (…): …")."""
+        if self.measuring:
+            return f"**Measured now:** {md_text(self.provenance + '.')}"
+        return f"**Replayed recording** {md_text(f'(not measured now; {self.reason}): {self.provenance}.')}"
 
 
 @dataclass

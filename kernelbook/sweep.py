@@ -285,6 +285,46 @@ def table(result: SweepResult):
                                       f"[{result.short_label}]", wrap=True)
 
 
+def against_step(result: SweepResult, step):
+    """Per case: the step as its page times it (its own parameters) beside the sweep's fastest
+    correct configuration, at the sweep's largest size, and how much slower the step is. A step
+    whose parameters are not the sweep's fastest on this GPU says so here, in numbers, instead of
+    leaving the reader to find it in the sweep's table. ``step``: the page's ``StepRecording``."""
+    import pandas as pd
+
+    from .report import format_ms, message_table, styled
+
+    metric = result.parameters.get("metric", "op_time_ms")
+    if not result.found or not result.records or step is None or not step.recording.found:
+        return message_table(f"{result.step} against its sweep",
+                             f"The {result.step} sweep or the step's own timing is {_absent(result)}.")
+    rows = []
+    for case in dict.fromkeys(r["layer"] for r in result.records):
+        timed = [r for r in result.records if r["metric"] == metric and r["layer"] == case and r["value"] is not None]
+        own = [r for r in step.records if r["metric"] == metric and r["layer"] == case and r.get("value") is not None]
+        if not timed or not own:
+            continue
+        sizes = [r["size"] for r in timed if r["size"] is not None]
+        size = max(sizes) if sizes else None
+        fastest = min((r for r in timed if r["size"] == size), key=lambda r: r["value"])
+        mine = [r for r in own if size is None or r.get("size") == size] or own
+        time = mine[-1]["value"]
+        slower = (time - fastest["value"]) / fastest["value"] * 100
+        rows.append({"Case": case, "The step (its own parameters)": format_ms(time),
+                     "The sweep's fastest": format_ms(fastest["value"]),
+                     "Its configuration": fastest["config_label"],
+                     "The step against it": ("as fast or faster" if slower <= 0 else
+                                             f"{slower:.1f} % slower, within the spread of that configuration's repeats"
+                                             if time <= fastest.get("max", fastest["value"]) else f"{slower:.1f} % slower")})
+    if not rows:
+        return message_table(f"{result.step} against its sweep", "No case has both a sweep timing and the step's own.")
+    runs = sorted({result.session.run.run_id, step.session.run.run_id})
+    where = (f"run {runs[0]}: the sweep and the step are two recordings of one run" if len(runs) == 1 else
+             f"runs {' and '.join(runs)}: two runs, so the difference holds a run-to-run change too")
+    return styled(pd.DataFrame(rows), f"{result.step}: its own parameters against the fastest configuration of its sweep, "
+                                      f"{metric.replace('_ms', '').replace('_', ' ')} (median; {where}).", wrap=True)
+
+
 def figure(result: SweepResult):
     """One horizontal bar per configuration and case at the largest size (refused or failed
     configurations marked ✕); a sweep never recorded is a figure that says so."""

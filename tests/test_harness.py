@@ -211,10 +211,11 @@ def test_a_step_declared_as_launches_is_checked_launched_and_profiled_from_one_l
 
 
 def _pretend_gpu(monkeypatch):
-    from kernelbook import gpu
+    from kernelbook import gpu, limits
 
     monkeypatch.setattr(gpu, "availability", lambda: (True, "Test GPU 9000"))
     monkeypatch.setattr(gpu, "device_info", lambda: {"name": "Test GPU 9000", "compute_capability": "9.0"})
+    monkeypatch.setattr(limits, "_current", lambda: limits.H100)   # never a driver query: no GPU is here
 
 
 def test_a_declared_sweep_is_the_product_of_its_axes_with_joint_values():
@@ -333,3 +334,22 @@ def test_a_round_trip_is_timed_at_most_its_repeats_and_the_note_says_how_many():
     calls.clear()
     harness.measure(study, study.impl("double"), params, [2], 3, 3, {}, timer=timer, size_records=False)
     assert calls == [(3, 3), (3, 1)] * 2   # a reader's fewer repeats are kept
+
+
+def test_a_step_is_set_beside_its_sweeps_fastest_configuration_in_numbers(results_root, monkeypatch):
+    from kernelbook import results, session
+    from kernelbook.stepdata import load_recorded
+    from kernelbook.sweep import Sweep, against_step, run_sweep
+
+    _pretend_gpu(monkeypatch)
+    run_id = "20261123T0000Z-eeeeee"
+    swept = run_sweep(STUDY, Sweep("double", axes={"limit": [16, 64]}, sizes=(3,), repeats=2, warmup=1),
+                      mode="measure", run_id=run_id, timer=fake_timer)   # every configuration: 1.0 ms
+    own = {"short": 1.5, "long": 0.5}   # the step's own time: 50 % slower, and faster
+    mine = [results.record(STUDY.name, "double", case, 3, "op_time_ms", value, unit="ms") for case, value in own.items()]
+    session.recorded(STUDY.part("double"), STUDY.name, lambda: session.Measurement(mine, []), parameters={},
+                     mode="measure", run_id=run_id)
+    shown = against_step(swept, load_recorded(STUDY, "double", prefer_run=run_id))
+    rows = shown.data.set_index("Case")["The step against it"].to_dict()
+    assert rows["short"].startswith("50.0 % slower") and rows["long"] == "as fast or faster"
+    assert run_id in shown.caption and "one run" in shown.caption

@@ -173,3 +173,31 @@ def test_tick_labels_run_together_are_found_and_turned_upright_in_the_narrow_var
     ax.bar(["00", "01", "02"], [1, 2, 3])
     assert not colliding_tick_labels(fig)
     plt.close(fig)
+
+
+def test_the_narrow_variant_puts_the_key_above_the_first_panel_larger_than_the_floor():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kernelbook.plots import KEY_TEXT_PX, MIN_TEXT_PX, NARROW_IN, NARROW_PX, footer, narrow
+
+    fig, axes = plt.subplots(3, 2, figsize=(7, 8))
+    for ax in axes.flat:
+        for name in ("baseline", "previous", "this step"):
+            ax.plot([1, 2, 3], [1, 2, 3], label=name)
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="lower center")
+    fig.suptitle("a step against two others")
+    footer(fig, "run 20261127T0000Z-abcdef")
+    narrow(fig)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (key,) = fig.legends
+    first = min((ax for ax in fig.axes if ax.get_visible()), key=lambda ax: -ax.get_position().y1)
+    assert key.get_window_extent(renderer).y0 >= first.get_tightbbox(renderer).y1 - 1   # the key, then the panels
+    assert fig._suptitle.get_window_extent(renderer).y0 >= key.get_window_extent(renderer).y1 - 1
+    px = 72.0 * NARROW_IN / NARROW_PX   # points per CSS px at the phone's width
+    assert min(t.get_fontsize() for t in key.get_texts()) >= KEY_TEXT_PX * px - 0.01 > MIN_TEXT_PX * px
+    assert min(t.get_fontsize() for t in fig.texts if "run 2026" in t.get_text()) > MIN_TEXT_PX * px
+    plt.close(fig)

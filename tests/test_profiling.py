@@ -383,6 +383,7 @@ def test_change_formatting():
     # a base near zero: a factor, never "+68257.1 %"
     assert ncu.change(6.8, 0.00996) == "×683" and ncu.change(0.5, 0.1) == "+400.0 %"
     assert ncu.change(0.01, 6.8) == "÷680" and ncu.change(1.0, 4.0) == "-75.0 %"
+    assert ncu.change(12.49999, 12.5) == "0.0 %" and ncu.change(12.5, 12.49999) == "0.0 %"   # no signed zero
     assert ncu.format_metric("dram_bytes", 31457280) == "31.5 MB"
     assert ncu.format_metric("duration_ms", 0.1205) == "120.5 µs"
 

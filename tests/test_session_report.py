@@ -25,6 +25,8 @@ def test_auto_mode_without_gpu_replays_and_says_so(results_root, no_gpu):
     assert "replayed" in html and "Test GPU 9000" in html
     banner = chapter.banner().data
     assert banner.count("Test GPU 9000") == 1 and run.run_id in banner and "abc123def456" in banner
+    shown = chapter.session._repr_markdown_()   # what a notebook cell showing a recording prints
+    assert shown.count("Replayed") == 1 and shown.startswith("**Replayed recording**") and run.run_id in shown.replace("\\", "")
 
 
 def _never():

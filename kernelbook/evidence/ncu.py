@@ -216,7 +216,8 @@ def change(new: float | None, old: float | None) -> str:
         return f"×{ratio:,.0f}" if ratio >= 100 else f"×{ratio:.1f}"
     if 0 < ratio <= 0.1:
         return f"÷{1 / ratio:,.0f}" if ratio <= 0.01 else f"÷{1 / ratio:.1f}"
-    return f"{(new - old) / abs(old) * 100:+.1f} %"
+    percent = (new - old) / abs(old) * 100
+    return "0.0 %" if round(percent, 1) == 0 else f"{percent:+.1f} %"   # never "-0.0 %"
 
 
 def _steps(chapter, evidence: session_mod.Recording | None = None) -> dict:

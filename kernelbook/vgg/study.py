@@ -82,9 +82,10 @@ class VggStudy(Study):
                      "two-phase-weights", "register-tiled", "winograd"]
         return [
             {"what": "FP32 on CUDA cores", "case": "B1", "limit_ms": 3.0, "steps": cuda_fp32, "vendor": "cudnn-fp32"},
-            {"what": "FP32-accurate on tensor cores", "case": "B1", "limit_ms": 1.5, "steps": ["3xtf32"],
+            {"what": "FP32-accurate on tensor cores with mma.sync (step 08: the final takes Hopper's path on a Hopper GPU)",
+             "case": "B1", "limit_ms": 1.5, "steps": ["3xtf32"],
              "vendor": "cudnn-fp32"},
-            {"what": "TF32 on tensor cores", "case": "B1", "limit_ms": 0.5, "steps": ["tf32"], "vendor": "cudnn-tf32"},
+            {"what": "TF32 on tensor cores with mma.sync (step 07)", "case": "B1", "limit_ms": 0.5, "steps": ["tf32"], "vendor": "cudnn-tf32"},
             {"what": "TF32 on Hopper's path (TMA + wgmma)", "case": "B1", "limit_ms": 0.45, "steps": ["hopper-tf32"],
              "vendor": "cudnn-tf32-channels-last"},
             {"what": "FP16 on Hopper's path, at a wgmma + TMA GEMM's rate", "case": "B1", "limit_ms": 0.21, "steps": ["hopper-fp16"],
