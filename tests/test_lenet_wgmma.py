@@ -145,3 +145,21 @@ def test_other_gpus_are_refused_before_launching(monkeypatch):
     monkeypatch.setattr(impl, "kernel", lambda *a: pytest.fail("compiled for a GPU without wgmma"))
     with pytest.raises(ParameterError, match="H100 or H200"):
         impl.launch(None, None, None, layer_shape("C3", 10), impl.params())
+
+
+def test_each_planned_step_names_the_unit_and_kernel_of_the_kernel_its_plan_picks():
+    from kernelbook.lenet import STUDY
+
+    for slug in ("specialised", "hopper-final", "wgmma-final"):
+        impl = STUDY.impl(slug)
+        for case in ("C1", "C3"):
+            for params in (impl.params(), *({**impl.params(), "math": m} for m in ("fp32", "3xtf32") if "math" in impl.defaults)):
+                shape = layer_shape(case, 100)
+                kernel = impl.plan(shape, params)["kernel"]
+                if kernel.startswith("step 14"):   # hopper-final hands C1 to step 14's kernel
+                    assert impl.kernels_for(params, shape) == STUDY.impl("specialised").kernels_for(
+                        STUDY.impl("specialised").params(), shape)
+                    continue
+                assert impl.kernels_for(params, shape) == (kernel,)
+                assert impl.math_for(params, shape) == {"conv_direct_3xtf32": "3xtf32", "conv_wgmma": "3xfp16",
+                                                        "conv_hopper": "3xfp16"}.get(kernel, "fp32")

@@ -139,40 +139,33 @@ def test_arguments_are_checked_before_any_launch():
         check_call("baseline", x, W, out=np.zeros((4, 41), np.float32))
 
 
-@pytest.mark.parametrize("slug, params, error", [
-    ("baseline", {"tile": 64}, ParameterError),
-    ("baseline", {"tile": 16.0}, ParameterError),
-    ("baseline", {"tiles": 16}, ParameterError),
-    ("fused-global", {"columns": 0}, ParameterError),
-    ("whole-net-shared", {"blocks_per_sm": True}, ParameterError),
-    ("better-occupancy", {"min_blocks": 9}, ParameterError),
-    ("better-occupancy", {"min_blocks": 8}, ParameterError),   # 8 x 256 threads fit; fine below
-    ("best", {"small": "fastest"}, ParameterError),
-    ("best", {"switch_columns": float("nan")}, ParameterError),
-    ("tensor-core-3xtf32", {"m_tiles": 3}, ParameterError),
-    ("tensor-core-fp16", {"warps": 40}, ParameterError),
-    ("final", {"large_warps": 0}, ParameterError),
-    ("fp32-register-tiled", {"ring": 2}, ParameterError),
-    ("fp32-register-tiled", {"ring": 3}, ParameterError),
-    ("fp32-register-tiled", {"warps": 9}, ParameterError),
-    ("final-full-range", {"warps": 17}, ParameterError),
-    ("final-full-range", {"m_tiles": 3}, ParameterError),
-    ("final-full-range", {"blocks_per_sm": 5}, ParameterError),
-    ("tensor-core-fp16-tma", {"ring_warps": 17}, ParameterError),
-    ("tensor-core-fp16-tma", {"stages": 0}, ParameterError),
-    ("tensor-core-fp16-tma", {"l2_promotion": 512}, ParameterError),
-    ("tensor-core-fp16-tma", {"switch_columns": -1}, ParameterError),
-    ("tensor-core-fp16-tma", {"switch_columns": 1.5}, ParameterError),
-    ("tensor-core-fp16-tma", {"ring_blocks_per_sm": 5}, ParameterError),
-    ("tensor-core-fp16-tma", {"ring_warps": 16, "ring_slots": 2}, LaunchLimitError),   # 296 KB of tiles
-])
+#: Parameters each step refuses with a ParameterError (one try per dict).
+REFUSED = {
+    "baseline": [{"tile": 64}, {"tile": 16.0}, {"tiles": 16}],
+    "fused-global": [{"columns": 0}],
+    "whole-net-shared": [{"blocks_per_sm": True}],
+    "better-occupancy": [{"min_blocks": 9}],
+    "best": [{"small": "fastest"}, {"switch_columns": float("nan")}],
+    "tensor-core-3xtf32": [{"m_tiles": 3}],
+    "tensor-core-fp16": [{"warps": 40}],
+    "final": [{"large_warps": 0}],
+    "fp32-register-tiled": [{"ring": 2}, {"ring": 3}, {"warps": 9}],
+    "final-full-range": [{"warps": 17}, {"m_tiles": 3}, {"blocks_per_sm": 5}],
+    "tensor-core-fp16-tma": [{"ring_warps": 17}, {"stages": 0}, {"l2_promotion": 512}, {"switch_columns": -1},
+                             {"switch_columns": 1.5}, {"ring_blocks_per_sm": 5}],
+}
+
+
+@pytest.mark.parametrize("slug, params, error", [(slug, params, ParameterError) for slug, tries in REFUSED.items()
+                                                 for params in tries]
+                         + [("tensor-core-fp16-tma", {"ring_warps": 16, "ring_slots": 2}, LaunchLimitError)])   # 296 KB of tiles
 def test_bad_parameters_are_refused(slug, params, error):
-    x = data.make_signals(8, 2)
-    if params == {"min_blocks": 8}:
-        check_call(slug, x, W, **params)   # 2048 threads per SM: accepted
-        return
     with pytest.raises(error, match="Fix:"):
-        check_call(slug, x, W, **params)
+        check_call(slug, data.make_signals(8, 2), W, **params)
+
+
+def test_a_parameter_at_its_limit_is_accepted():
+    check_call("better-occupancy", data.make_signals(8, 2), W, min_blocks=8)   # 8 x 256 = 2048 threads per SM: fits
 
 
 def test_launch_limits_are_checked(monkeypatch):

@@ -34,16 +34,17 @@ def naive_conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def naive_conv_windows(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """One loop per output pixel with a window dot product: fast enough for 86x86, still independent."""
+    """Shift and add: for each kernel offset (p, q), the input shifted by it times that tap of every
+    weight, summed over the channels. Fast enough for 86x86, and built another way than both the
+    scalar loops above and the package's windows (``sliding_window_view``)."""
     batch, _, height, width = x.shape
     maps, _, k, _ = w.shape
-    out = np.zeros((batch, maps, height - k + 1, width - k + 1))
-    for b in range(batch):
-        for m in range(maps):
-            for h in range(height - k + 1):
-                for col in range(width - k + 1):
-                    out[b, m, h, col] = np.sum(x[b, :, h : h + k, col : col + k] * w[m])
-    return out
+    rows, cols = height - k + 1, width - k + 1
+    out = np.zeros((maps, batch, rows, cols))
+    for p in range(k):
+        for q in range(k):
+            out += np.tensordot(w[:, :, p, q].astype(np.float64), x[:, :, p : p + rows, q : q + cols], axes=([1], [1]))
+    return out.transpose(1, 0, 2, 3)
 
 
 def naive_pool(x: np.ndarray, size: int) -> np.ndarray:

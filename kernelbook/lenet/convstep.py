@@ -79,6 +79,19 @@ class ConvStep(StepImpl):
         return round_trip
 
 
+class Planned:
+    """A step whose ``plan(shape, params)`` picks one kernel per call: that kernel is what the call
+    compiles and launches, and its unit is ``plan_math``'s (FP32 for a kernel not named there)."""
+
+    plan_math: ClassVar[dict[str, str]] = {}
+
+    def kernels_for(self, params: dict, shape: ConvShape) -> tuple[str, ...]:
+        return (self.plan(shape, params)["kernel"],)
+
+    def math_for(self, params: dict, shape: ConvShape) -> str:
+        return self.plan_math.get(self.plan(shape, params)["kernel"], "fp32")
+
+
 class Baseline(ConvStep):
     kernel_names = ("conv_forward_baseline",)
     defaults = {"tile_width": 16}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import limits
 from ..errors import LaunchLimitError, ParameterError
 from ..steps import Launch, Upload, set_once
-from .convstep import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvStep, ceil_div, int32
+from .convstep import GRID_YZ_MAX, INT32_MAX, ConvShape, ConvStep, Planned, ceil_div, int32
 from .gemm import STATIC_SMEM_MAX, _check_gemm_indices, _choice_param, _int_param
 
 # ----------------------------------------------------------------------------- 14
@@ -19,7 +19,7 @@ TENSOR_SMEM_MAX = 112 * 1024 # dynamic shared memory per block of the 3xTF32 ker
 FALLBACK_TILES = {"FB_BM": 16, "FB_BN": 128, "FB_BK": 8, "FB_TM": 4, "FB_TN": 4}
 
 
-class Specialised(ConvStep):
+class Specialised(Planned, ConvStep):
     """Specialised: a direct convolution specialised at compile time for the layer's shape.
 
     Changes: back from GEMM to direct convolution, built for these layers. The shape
@@ -52,6 +52,8 @@ class Specialised(ConvStep):
     to the tensor cores, bounded by shared-memory bandwidth for the operand loads: ~1.5 ms.
     C1 + C3 ~2.2 ms: the 1.0 ms target is out of reach at FP32-level accuracy with these designs.
     """
+
+    plan_math = {"conv_direct_3xtf32": "3xtf32"}
 
     kernel_names = ("conv_direct", "conv_direct_3xtf32", "conv_fallback")
     defaults = {"math": "auto", "maps_per_thread": "auto", "outputs_per_thread": "auto", "threads": "auto",
@@ -174,12 +176,6 @@ class Specialised(ConvStep):
         return {"kernel": "conv_direct_3xtf32", "reason": None, "math": "3xtf32", "groups": ceil_div(shape.M, 16),
                 "band": band, "bands": nbands, "threads": threads, "min_blocks": min_blocks, "row_stride": rs,
                 "tiles_per_warp": nt, "smem_bytes": smem}
-
-    def kernels_for(self, params: dict, shape: ConvShape) -> tuple[str, ...]:
-        return (self.plan(shape, params)["kernel"],)
-
-    def math_for(self, params: dict, shape: ConvShape) -> str:
-        return "3xtf32" if self.plan(shape, params)["kernel"] == "conv_direct_3xtf32" else "fp32"
 
     def defines(self, params: dict, shape: ConvShape) -> dict:
         plan = self.plan(shape, params)

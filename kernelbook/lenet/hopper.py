@@ -9,7 +9,7 @@ from typing import ClassVar
 from ..errors import ParameterError
 from ..limits import H100
 from ..steps import Launch
-from .convstep import ConvShape, ConvStep, ceil_div, check_persistent, generic_plan, int32, persistent_launches
+from .convstep import ConvShape, ConvStep, Planned, ceil_div, check_persistent, generic_plan, int32, persistent_launches
 
 HOPPER_MAX_K = 7                # the 8-column window holds both output offsets only for K <= 7
 HOPPER_SMEM_MAX = 200 * 1024    # dynamic shared memory per block this plan accepts (opt-in limit 227 KiB)
@@ -27,7 +27,7 @@ AUTO = {
 }
 
 
-class HopperFinal(ConvStep):
+class HopperFinal(Planned, ConvStep):
     """Hopper final: FP16 hi/lo split on mma.sync, weights as a Toeplitz B operand, persistent grid.
 
     Changes from ``final`` (step 14): one kernel for both layers, on tensor cores. Output pairs
@@ -53,6 +53,8 @@ class HopperFinal(ConvStep):
     uses mma.sync (sm_80+), no sm_90a-only instruction. With nvcc: ``-arch=sm_90`` (or
     ``-gencode=arch=compute_90a,code=sm_90a``).
     """
+
+    plan_math = {"conv_hopper": "3xfp16"}
 
     kernel_names = ("conv_hopper", "conv_generic")
     defaults = {"c1_path": "auto", "threads": "auto", "tiles_per_warp": "auto", "groups_per_warp": "auto", "prefetch": "auto",
@@ -103,12 +105,12 @@ class HopperFinal(ConvStep):
     def kernels_for(self, params: dict, shape: ConvShape) -> tuple[str, ...]:
         if self.direct(shape, params):
             return self.specialised().kernels_for(self.specialised().params(), shape)
-        return (self.plan(shape, params)["kernel"],)
+        return super().kernels_for(params, shape)
 
     def math_for(self, params: dict, shape: ConvShape) -> str:
         if self.direct(shape, params):
             return self.specialised().math_for(self.specialised().params(), shape)
-        return "3xfp16" if self.plan(shape, params)["kernel"] == "conv_hopper" else "fp32"
+        return super().math_for(params, shape)
 
     def source_for(self, params: dict, shape: ConvShape) -> str:
         return self.specialised().source if self.direct(shape, params) else self.source

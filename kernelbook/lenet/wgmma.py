@@ -14,7 +14,7 @@ from typing import ClassVar
 from ..errors import ParameterError
 from ..limits import H100
 from ..steps import Launch
-from .convstep import ConvShape, ConvStep, ceil_div, check_persistent, generic_plan, int32, persistent_launches
+from .convstep import ConvShape, ConvStep, Planned, ceil_div, check_persistent, generic_plan, int32, persistent_launches
 
 WGMMA_MAX_K = 7            # the 8-column window holds both column offsets only for K <= 7
 WGMMA_MAX_COLUMNS = 32     # (map, output row) pairs per position: N of the wide product <= 128
@@ -29,7 +29,7 @@ AUTO = {
 }
 
 
-class WgmmaFinal(ConvStep):
+class WgmmaFinal(Planned, ConvStep):
     """wgmma final: warpgroup MMA (``wgmma.mma_async``, A from registers, Toeplitz weights as B in
     shared memory), FP16 hi/lo split with power-of-two scales, bulk-copy input ring, persistent grid.
 
@@ -51,6 +51,8 @@ class WgmmaFinal(ConvStep):
     Build: ``nvcc -gencode=arch=compute_90a,code=sm_90a`` (``arch``): ``wgmma`` exists only on the
     sm_90a target, so this step needs an H100 or H200 and refuses other GPUs before launching.
     """
+
+    plan_math = {"conv_wgmma": "3xfp16"}
 
     kernel_names = ("conv_wgmma", "conv_generic")
     defaults = {"threads": "auto", "min_blocks": "auto", "group": "auto", "stages": "auto",
@@ -123,12 +125,6 @@ class WgmmaFinal(ConvStep):
         if group == "auto":
             group = 3 if geo["k_steps"] > 4 else geo["k_steps"]
         return {"kernel": "conv_wgmma", "reason": None, **cfg, "group": group, **geo}
-
-    def kernels_for(self, params: dict, shape: ConvShape) -> tuple[str, ...]:
-        return (self.plan(shape, params)["kernel"],)
-
-    def math_for(self, params: dict, shape: ConvShape) -> str:
-        return "3xfp16" if self.plan(shape, params)["kernel"] == "conv_wgmma" else "fp32"
 
     def defines(self, params: dict, shape: ConvShape) -> dict:
         plan = self.plan(shape, params)
