@@ -275,6 +275,7 @@ class DaskEngine:
             futures = list(self.futures.values())
             self.futures.clear()
         for closer in (lambda: self.client.cancel(futures) if futures else None,
+                       lambda: self.client.run(_quiet_at_close, wait=True),
                        lambda: self.client.unsubscribe_topic(TOPIC),
                        lambda: self.client.close(timeout=10),
                        self._close_workers,
@@ -306,6 +307,16 @@ class DaskEngine:
                                  return_exceptions=True)
 
         cluster.sync(close_all)
+
+
+def _quiet_at_close() -> None:
+    """Run in every worker as the batch ends, its notebooks done and recorded: a worker whose
+    heartbeat meets the scheduler already closing logs "Failed to communicate with scheduler" at
+    ERROR level, which is the shutdown's order and no fault of the batch (its own report says
+    what failed)."""
+    import logging
+
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
 @contextmanager
