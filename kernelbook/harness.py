@@ -227,13 +227,13 @@ def measure(study, impl, case_params: dict[str, dict], sizes: list, repeats: int
     return records
 
 
-def launch_once(study, slug: str, case: str, size, params: dict, seed: int = 0):
+def launch_once(study, slug: str, case: str, size, params: dict, seed: int = 0, shape=None):
     """Prepare inputs (drawn with NumPy and copied, no kernel) and compile, then return a callable
     that launches the step once: what Nsight Compute and compute-sanitizer profile, so nothing
     else may launch a kernel."""
     xp = study.array_module()
     impl = study.impl(slug)
-    shape = study.problem(case, study.size_of(case, size))
+    shape = shape if shape is not None else study.problem(case, study.size_of(case, size))
     impl.validate(shape, params)
     operands = study.operands(impl, shape, study.inputs(impl, shape, np.random.default_rng(seed), case))
     y = xp.empty(shape.y_shape, dtype="float32")

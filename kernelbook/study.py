@@ -205,12 +205,19 @@ class Study:
                                    "remove them from the call.")
         return {}
 
-    def launch_once(self, slug: str, case: str, size, params: dict, seed: int = 0):
+    def launch_once(self, slug: str, case: str, size, params: dict, seed: int = 0, shape=None):
         """Prepare inputs and compile, then return a callable that launches the step once (what
-        Nsight Compute and compute-sanitizer profile: nothing else may launch a kernel)."""
+        Nsight Compute and compute-sanitizer profile: nothing else may launch a kernel); ``shape``:
+        this problem instead of the case's at ``size``."""
         from . import harness
 
-        return harness.launch_once(self, slug, case, size, params, seed)
+        return harness.launch_once(self, slug, case, size, params, seed, shape)
+
+    def sanitizer_problem(self, case: str):
+        """The problem compute-sanitizer launches for ``case``, where the case's own is too large to
+        check in reasonable time (memcheck instruments every access); None: the case's own problem
+        at ``sanitizer_size``. It must keep what the case's kernels branch on (a study says which)."""
+        return None
 
     def vendor(self, sizes: list, repeats: int, warmup: int) -> list[dict]:
         """The vendor library's timings (cuDNN, cuBLAS through PyTorch) on the study's cases."""

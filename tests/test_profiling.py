@@ -588,6 +588,43 @@ def test_sanitizer_command_uses_error_exitcode():
     assert "kernelbook.evidence.target" in cmd
 
 
+def test_a_study_whose_layer_is_too_large_to_sanitize_launches_its_smaller_problem_by_the_same_route(monkeypatch):
+    from kernelbook import limits
+    from kernelbook.errors import ShapeError
+    from kernelbook.evidence import target
+    from kernelbook.vgg import STUDY as VGG
+    from kernelbook.vgg.final import on_hopper
+
+    assert "--sanitizer-shape" not in sanitizer.sanitizer_command(STUDY, "memcheck", "tiled", {"C1": {}}, 4, ["C1"], "/cs")
+    cmd = sanitizer.sanitizer_command(VGG, "memcheck", "winograd", {"B1": {}}, 1, ["B1"], "/cs")
+    assert cmd[-1] == "--sanitizer-shape" and "kernelbook.evidence.target" in cmd
+    small = VGG.sanitizer_problem("B2")
+    own = VGG.problem("B2")
+    assert (small.B, small.C, small.M, small.K) == (own.B, own.C, own.M, own.K) and small.H * small.W * 30 < own.H * own.W
+    record = sanitizer.sanitizer_record(VGG, "memcheck", "final", "B2", 1, {"errors": 0, "rc": 0, "passed": True})
+    assert record["shape"] == small.as_dict()
+    for device in (limits.H100, limits.of_recording({"name": "an older GPU", "compute_capability": "8.6"})):
+        with limits.assumed(device):
+            for slug in VGG.steps.slugs():   # every step takes it, by the route it takes for the case's own
+                impl = VGG.impl(slug)
+                if impl.arch == "sm_90a" and not on_hopper():
+                    continue
+                impl.validate(small, impl.params())
+                if hasattr(impl, "routed"):
+                    mine, theirs = impl.routed(small), impl.routed(own)
+                    assert (mine and mine[0].slug) == (theirs and theirs[0].slug)
+    seen = []
+
+    def launch_once(study, slug, case, size, params, seed=0, shape=None):
+        seen.append(shape)
+        raise ShapeError("stop here: nothing to launch without a GPU", "none")
+
+    monkeypatch.setattr("kernelbook.harness.launch_once", launch_once)
+    assert target.main(["--study", "kernelbook.vgg", "--step", "baseline", "--cases", "B1", "--sanitizer-shape"]) == 2
+    assert target.main(["--study", "kernelbook.vgg", "--step", "baseline", "--cases", "B1"]) == 2
+    assert seen == [VGG.sanitizer_problem("B1"), None]
+
+
 def test_tools_missing_here_are_reported_not_raised(monkeypatch):
     monkeypatch.setattr(sanitizer, "sanitizer_path", lambda: None)
     with pytest.raises(tools.ProfilerUnavailable, match="not installed"):

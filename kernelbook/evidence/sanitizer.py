@@ -35,8 +35,10 @@ def parse_sanitizer_summary(text: str) -> dict:
 
 def sanitizer_command(study, tool: str, step: str, layer_params: dict, size: int, layers: Iterable[str],
                       sanitizer: str | None = None) -> list[str]:
+    smaller = any(study.sanitizer_problem(layer) is not None for layer in layers)
     return [sanitizer or sanitizer_path() or "compute-sanitizer", "--tool", tool, "--error-exitcode", "1",
-            "--print-limit", "20", *target_command(study, step, layer_params, size, layers)]
+            "--print-limit", "20", *target_command(study, step, layer_params, size, layers),
+            *(["--sanitizer-shape"] if smaller else [])]
 
 
 def run_sanitizer(study, tool: str, step: str, layer_params: dict | None = None, size: int = SANITIZER_SIZE,
@@ -65,8 +67,10 @@ def run_sanitizer(study, tool: str, step: str, layer_params: dict | None = None,
 
 
 def sanitizer_record(study, tool: str, step: str, layer: str, size: int, summary: dict) -> dict:
+    problem = study.sanitizer_problem(layer)   # the smaller problem launched instead of the case's own
     return results.record(study.name, step, layer, size, "sanitizer_errors", summary["errors"], unit="errors",
                           tool=tool, rc=summary["rc"], passed=summary["passed"],
+                          **({"shape": problem.as_dict()} if problem is not None else {}),
                           **{k: summary[k] for k in ("hazards", "hazard_errors", "hazard_warnings") if k in summary})
 
 
@@ -103,8 +107,11 @@ def sanitizer_table(study, prefer_run: str | None = None):
                      "pass (0 errors)" if value == 0 and r.get("passed", True) else
                      f"FAIL (exit status {r.get('rc')})" if value == 0 else f"FAIL ({int(value)} errors)")
         row[f"{tool} run"] = run_id
+    smaller = {r["layer"]: r["shape"] for r, _ in newest.values() if isinstance(r.get("shape"), dict)}
     used = sorted({run_id for _, run_id in newest.values()})
     devices = sorted({run.device for run in runs if run.run_id in used})
     frame = pd.DataFrame(list(rows.values())).fillna(NOT_RECORDED)   # a tool this case was never checked with
-    return styled(frame, f"compute-sanitizer over every kernel, one small launch per case; each row from its newest run "
-                         f"(runs {', '.join(used)}; {', '.join(devices)}).")
+    shown = "; ".join(f"{layer}: " + ", ".join(f"{k}={v}" for k, v in shape.items()) for layer, shape in sorted(smaller.items()))
+    return styled(frame, f"compute-sanitizer over every kernel, one small launch per case"
+                         f"{f' (where a row checked a smaller problem than its case: {shown})' if smaller else ''}; "
+                         f"each row from its newest run (runs {', '.join(used)}; {', '.join(devices)}).")

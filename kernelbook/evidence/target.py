@@ -42,6 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--size", type=int, default=None, help="the size per case (default: the study's)")
     parser.add_argument("--case-params", default="{}", help='JSON: {"<case>": {...}}, each case\'s parameters')
     parser.add_argument("--seed", type=int, default=0, help="seed of the NumPy inputs")
+    parser.add_argument("--sanitizer-shape", action="store_true",
+                        help="launch each case's sanitizer problem (study.sanitizer_problem) instead of its own")
     parser.add_argument("--source", default=None,
                         help="a development candidate's .cu file (relative to kernels/) standing in for the step "
                         "(kernelbook try); its compile-time parameters come with --case-params")
@@ -76,7 +78,9 @@ def main(argv=None) -> int:
         impl = study.impl(args.step)
         size = args.size or study.profile_size
         launches = [(case, study.launch_once(impl.slug, case, size, impl.params(**(per_case.get(case) or {})),
-                                             seed=args.seed)) for case in cases]
+                                             seed=args.seed,
+                                             shape=study.sanitizer_problem(case) if args.sanitizer_shape else None))
+                    for case in cases]
     except ValueError as exc:
         if isinstance(exc, KernelbookError):
             print(f"error: {exc}", file=sys.stderr)
