@@ -108,12 +108,13 @@ class Chapter(StepRecording):
             else:
                 why = ("the parameters and defines are the same, but the compiler table's build comes from the "
                        "nvcc installed where the table was made, the profiled one from NVRTC at run time (the "
-                       "CUDA runtime the manifest names), and two compilers, or two versions of one, allocate "
-                       "registers differently; what was recorded does not say more than that")
+                       "CUDA runtime the run's device table names), and two compilers, or two versions of one, "
+                       "may allocate registers differently")
             notes.append(((k.get("kernel"), a, b, why), case))
         grouped: dict = {}
         for key, case in notes:  # one sentence per kernel and pair of counts, naming every case it holds for
-            grouped.setdefault(key, []).append(case)
+            if case not in grouped.setdefault(key, []):   # a case profiled in several launches: named once
+                grouped[key].append(case)
         return [f"**Registers of `{kernel}` ({', '.join(cases)}): ptxas {a:.0f}, Nsight Compute {b:.0f}.** "
                 f"Both count registers per thread of one build; here {why}. What the profiler tables show "
                 f"(occupancy included) follows from Nsight Compute's {b:.0f}."

@@ -20,7 +20,7 @@ from .batch_report import SOURCE_METADATA
 from .errors import DataError
 from .escape import html_text, md_code, md_text
 from .kernels import kept_file, local_headers, read_kept
-from .measure import TIMING_WORDS
+from .measure import REPLAY_TARGET_MS, TIMING_WORDS
 
 
 def format_ms(value: float | None) -> str:
@@ -114,12 +114,14 @@ def timing_note(records: list[dict], metrics) -> str:
         if kinds:
             words = "; ".join(TIMING_WORDS.get(k, k) for k in kinds)
             host = [r["host_ms"] for r in records if r["metric"] == metric and r.get("host_ms") is not None]
-            calls = [f"{r['calls_per_replay']} at {r['layer']}" + (f" ({r['size']:,})" if r.get("size") else "")
+            calls = [f"{r['calls_per_replay']} at {r['layer']}" + (f", size {r['size']:,}" if r.get("size") else "")
                      for r in records if r["metric"] == metric and r.get("calls_per_replay")]
             counts = sorted({len(r["samples"]) for r in records if r["metric"] == metric and r.get("samples")})
             words += f", median of {' or '.join(map(str, counts))} repeats" if counts else ""
-            parts.append(f"{metric}: {words}" + (f"; R = {', '.join(dict.fromkeys(calls))}" if calls else "")
-                         + (" (host time recorded beside it)" if host else ""))
+            parts.append(f"{metric}: {words}"
+                         + (f"; R = {'; '.join(dict.fromkeys(calls))} (chosen per case so that one replay lasts about "
+                            f"{REPLAY_TARGET_MS:g} ms)" if calls else "")
+                         + ("; the host's time per call is in the run's records as well (host_ms)" if host else ""))
     return ("Timed by — " + " | ".join(parts) + ".") if parts else ""
 
 
@@ -261,7 +263,8 @@ def check_frame(chapter) -> pd.DataFrame:
 #: What each check's Measure compares the output with (a check names its measure; rel_l2 by default).
 MEASURE_WORDS = {"rel_l2": "rel_l2: relative L2 error against float64",
                  "scaled_abs_diff": "scaled_abs_diff: the write-up's scaled absolute difference against the "
-                                    "CPU's float32 result (the relative L2 error against float64 beside it)"}
+                                    "CPU's float32 result (each check records the relative L2 error against "
+                                    "float64 too, in the run)"}
 
 
 def check_table(chapter):
@@ -269,9 +272,13 @@ def check_table(chapter):
     ok = sum(1 for c in chapter.checks if c["passed"])
     measures = sorted({c.get("measure") or "rel_l2" for c in chapter.checks})
     said = "; ".join(MEASURE_WORDS.get(m, m) for m in measures)
+    ranged = any(str(c.get("label", "")).startswith("range") for c in chapter.checks)
     caption = (f"Correctness on fresh random inputs, output poisoned with NaN before the launch: "
                f"{ok}/{n} passed; Error is the check's Measure ({said}), Unwritten the "
-               f"outputs the kernel left as NaN. [{chapter.recording.short_label}]")
+               f"outputs the kernel left as NaN; a check on a random shape, which belongs to no one case, "
+               f"names every case in the first column"
+               + ("" if ranged else "; no range checks (inputs and weights from 1e-6 to 1e6 in magnitude): they are "
+                  "asked only of the steps that claim FP32 accuracy over that whole range, which this one does not") + f". [{chapter.recording.short_label}]")
     return styled(check_frame(chapter), caption)
 
 
@@ -301,8 +308,17 @@ def throughput_table(chapter):
     return styled(out, f"Achieved throughput from the medians. [{chapter.recording.short_label}]")
 
 
-def _role(name: str) -> str:
-    return name.split(":")[0]
+def _role(name: str, current=None) -> str:
+    """The role a step plays beside ``current``: "baseline", "previous step" (the one before it in
+    the list), or "step it builds on" where ``current`` declares another (``builds_on``)."""
+    role = name.split(":")[0]
+    step = getattr(current, "step", None)
+    if role == "previous step" and getattr(step, "builds_on", None):
+        slugs = current.study.steps.slugs()
+        index = slugs.index(step.slug)
+        if index == 0 or slugs[index - 1] != step.builds_on:
+            return "step it builds on"
+    return role
 
 
 def delta_table(steps: dict):
@@ -318,16 +334,16 @@ def delta_table(steps: dict):
             mine = find_record(current.records, metric, case, size) if current.correct else None
             # The comparison first (this step, then its speed-ups), the steps it is compared with
             # after: on a narrow page the columns the verdict rests on stay in view.
-            row[f"{_role(names[-1]).capitalize()} ({current.slug})"] = format_ms(mine["value"]) if mine else "–"
+            row[f"{_role(names[-1], current).capitalize()} ({current.slug})"] = format_ms(mine["value"]) if mine else "–"
             found = {name: find_record(steps[name].records, metric, case, size) if steps[name].correct else None
                      for name in reversed(names[:-1])}
             for name, theirs in found.items():
-                row[f"speed-up vs {_role(name)}"] = (f"{theirs['value'] / mine['value']:.2f}×"
+                row[f"speed-up vs {_role(name, current)}"] = (f"{theirs['value'] / mine['value']:.2f}×"
                                                      if theirs and mine else "–")
             for name, theirs in found.items():
-                row[f"{_role(name).capitalize()} ({steps[name].slug})"] = format_ms(theirs["value"]) if theirs else "–"
+                row[f"{_role(name, current).capitalize()} ({steps[name].slug})"] = format_ms(theirs["value"]) if theirs else "–"
             rows.append(row)
-    tags = " | ".join(f"{_role(n)}: {ch.recording.short_label}" for n, ch in steps.items())
+    tags = " | ".join(f"{_role(n, current)}: {ch.recording.short_label}" for n, ch in steps.items())
     return styled(pd.DataFrame(rows), f"{metric} against earlier steps (medians). [{tags}]")
 
 
@@ -353,7 +369,7 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
             if not (mine and theirs):
                 continue
             if other.session.run.device != current.session.run.device:  # never a ratio across devices
-                lines.append(f"{case}: the {_role(name)} ({other.slug}) is recorded only on "
+                lines.append(f"{case}: the {_role(name, current)} ({other.slug}) is recorded only on "
                              f"{other.session.run.device} (run {other.session.run.run_id}), another device: "
                              "no ratio is drawn.")
                 continue
@@ -363,7 +379,7 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
             elsewhere = ("" if other.session.run.run_id == current.session.run.run_id else
                          f", run {other.session.run.run_id}")
             lines.append(f"{case} at {current.study.size_header.lower()} {size_here:,}: {format_ms(mine['value'])}, {word} "
-                         f"the {_role(name)} ({other.slug}, {format_ms(theirs['value'])}{elsewhere}).")
+                         f"the {_role(name, current)} ({other.slug}, {format_ms(theirs['value'])}{elsewhere}).")
     return lines or ["No earlier step is recorded at these sizes to compare with."]
 
 

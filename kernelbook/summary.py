@@ -217,7 +217,7 @@ def evaluate_targets(study) -> list[dict]:
     return out
 
 
-def vendor_ratio(t: dict) -> str:
+def vendor_ratio(t: dict, whose: str = "the step's") -> str:
     """The library's time over the step's, said only where both come from one run (ratios across
     runs mix two devices' states), with the study's minimum ratio (``vendor_ratio``) judged."""
     if t.get("vendor_ms") is None or t.get("best") is None:
@@ -228,7 +228,7 @@ def vendor_ratio(t: dict) -> str:
     ratio = t["vendor_ms"] / ms
     need = t.get("vendor_ratio")
     judged = "" if need is None else f", target ≥ {need:g}×: {'met' if ratio >= need else 'missed'}"
-    return f" ({ratio:.2f}× the step's time{judged})"
+    return f" ({ratio:.2f}× {whose} time{judged})"
 
 
 def opening_lines(study, chapter) -> list[str] | None:
@@ -244,7 +244,7 @@ def opening_lines(study, chapter) -> list[str] | None:
 
 def target_lines(study, step: str | None = None) -> list[str]:
     """One line per target (only those ``step`` is eligible for, when given)."""
-    lines = []
+    lines = []   # each names the step it judges: on another step's page, "the step" would read as that page's
     for t in evaluate_targets(study):
         if step is not None and step not in t["steps"]:
             continue
@@ -257,7 +257,8 @@ def target_lines(study, step: str | None = None) -> list[str]:
         line = f"{t['what']} (≤ {format_ms(t['limit_ms'])}): the fastest such step, {slug}, takes {format_ms(ms)}: {outcome}"
         if t["vendor_ms"] is not None:
             ahead = ms < t["vendor_ms"]
-            line += (f"; {t['vendor']} takes {format_ms(t['vendor_ms'])}{vendor_ratio(t)}, so the step is "
+            ratio = vendor_ratio(t, slug + "'s")
+            line += (f"; {t['vendor']} takes {format_ms(t['vendor_ms'])}{ratio}, so {slug} is "
                      f"{'ahead of' if ahead else 'behind'} it")
         lines.append(line + f" (run {run_id}).")
     return lines

@@ -310,12 +310,18 @@ def against_step(result: SweepResult, step):
         mine = [r for r in own if size is None or r.get("size") == size] or own
         time = mine[-1]["value"]
         slower = (time - fastest["value"]) / fastest["value"] * 100
+        config = fastest.get("config") or {}
+        params = step.study.impl(step.slug).params(**step.case_params().get(case, {}))   # its defaults filled in
+        same = bool(config) and all(params.get(k) == v for k, v in config.items())
+        verdict = ("as fast or faster" if slower <= 0 else
+                   f"{slower:.1f} % slower, within the spread of that configuration's repeats"
+                   if time <= fastest.get("max", fastest["value"]) else f"{slower:.1f} % slower")
         rows.append({"Case": case, "The step (its own parameters)": format_ms(time),
                      "The sweep's fastest": format_ms(fastest["value"]),
                      "Its configuration": fastest["config_label"],
-                     "The step against it": ("as fast or faster" if slower <= 0 else
-                                             f"{slower:.1f} % slower, within the spread of that configuration's repeats"
-                                             if time <= fastest.get("max", fastest["value"]) else f"{slower:.1f} % slower")})
+                     "The step's own": ("the same: two timings of one configuration" if same else
+                                        ", ".join(f"{k}={params.get(k)}" for k in config) or "–"),
+                     "The step against it": verdict})
     if not rows:
         return message_table(f"{result.step} against its sweep", "No case has both a sweep timing and the step's own.")
     runs = sorted({result.session.run.run_id, step.session.run.run_id})

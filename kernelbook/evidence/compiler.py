@@ -181,5 +181,7 @@ def table(found: session_mod.Recording, chapter=None):
     arch = (getattr(chapter.study.impl(chapter.slug), "arch", None) if chapter is not None else None) or "sm_90"
     note = "" if any(c.startswith("sass_") for c in frame["metric"]) else " (no SASS: cuobjdump was not installed where this was recorded)"
     return styled(tall.reset_index(drop=True), f"ptxas report (registers per thread, shared memory and spills in "
-                                               f"bytes) and static SASS instruction counts per kernel and case, "
+                                               f"bytes; shared_bytes is the static shared memory only: what a kernel "
+                                               f"asks for at launch, its dynamic shared memory, is in the profiler "
+                                               f"table) and static SASS instruction counts per kernel and case, "
                                                f"{arch}{note}.{stale_note} [{found.short_label}]")

@@ -288,8 +288,14 @@ def ncu_comparison(chapter, evidence: session_mod.Recording | None = None, metri
     size = next((r["size"] for r in steps["this step"][2] if r.get("size")), chapter.study.profile_size)
     where = ("each case at its own size" if chapter.study.rows == "cases"
              else f"{chapter.study.size_header.lower()} {size}")
-    caption = (f"Nsight Compute (ncu --clock-control none), one launch per case, {where}; changes are relative "
-               f"(this step against the other). [{_caption_tags(steps)}]")
+    others = [role for role in steps if role != "this step"]
+    relative = (f"; a change column is this step against the {' and the '.join(others)}, relative" if others else
+                "; the first step of the study: nothing to compare with")
+    caption = (f"Nsight Compute (ncu --clock-control none), one launch of the step per case, {where}{relative}; "
+               f"a step of several kernels shows each metric summed, the largest or weighted by duration over "
+               f"them (the profiles page's metric table says which); Tensor pipe is a share of cycles, which "
+               f"reads a few per cent even for kernels without tensor-core instructions (the compiler table's "
+               f"SASS counts say which kernels have them). [{_caption_tags(steps)}]")
     return styled(frame, caption)
 
 

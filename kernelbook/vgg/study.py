@@ -26,7 +26,7 @@ class VggStudy(Study):
     steps = STEPS
     cases = tuple(CASES)
     profile_cases = ("B1",)
-    case_header = "Layer (B1: one image)"
+    case_header = "Layer (B1: one image; B2: two)"
     size_header = "Batch"
     size_name = "cases"
     rows = "cases"
@@ -144,7 +144,8 @@ class VggStudy(Study):
                 rate, cost = unit(math)
                 label = {"fp32_gflops": "FP32 FMA", "tf32_tensor_gflops": "TF32 tensor-core",
                          "fp16_tensor_gflops": "FP16 tensor-core"}.get(rate, rate)
-                spent = "" if cost == 1 else f", {cost:g} such products per product"
+                spent = "" if cost == 1 else (f": each multiply-add of the direct convolution costs the time of "
+                                               f"{cost:g} {label} operations")
                 lines.append(f"Floor: at the {label} limit (the datasheet peak, or the rate measured in run "
                              f"{chapter.session.run.run_id} where higher; unit "
                              f"{math}{spent}) the layer takes at least "
