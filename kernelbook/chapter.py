@@ -92,10 +92,12 @@ class Chapter(StepRecording):
             if a is None or b is None or a == b or case not in self.study.cases:
                 continue
             params = impl.params(**self.case_params().get(case, {}))
+            # a study whose rows are cases profiles each case at its own size, not the run's one size
+            profiled_size = self.study.size_of(case, size) if self.study.rows == "cases" else size
             try:
                 built = compiler_mod.compiled_problem(self.study, case)
                 one = impl.defines(params, built)
-                launched = impl.defines(params, self.study.problem(case, size))
+                launched = impl.defines(params, self.study.problem(case, profiled_size))
             except Exception:  # a step whose defines cannot be derived here: say only what is known
                 one = launched = None
             if one is not None and one != launched:
@@ -103,7 +105,7 @@ class Chapter(StepRecording):
                 built_for = self.study.size_of(case, 1)
                 what = "one item" if built_for == 1 else f"size {built_for:,}"
                 why = (f"the build depends on the size: the compiler table's build ({what}) and the profiled "
-                       f"launch's (size {size:,}) differ in {', '.join(f'`{c}`' for c in changed)}, so they are two "
+                       f"launch's (size {profiled_size:,}) differ in {', '.join(f'`{c}`' for c in changed)}, so they are two "
                        "builds of one kernel")
             else:
                 why = ("the parameters and defines are the same, but the compiler table's build comes from the "

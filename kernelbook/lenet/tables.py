@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..escape import md_text
 from ..report import find_record, format_ms, message_table, styled, throughput
 
 
@@ -59,9 +60,12 @@ def speedup_sentence(chapter, reported_frame: pd.DataFrame, batch: int = 10000) 
             if pd.isna(theirs):
                 continue
             parts.append(f"{layer}: {format_ms(ours['value'])} here, {format_ms(float(theirs))} "
-                         f"reported in `{row['seed']}` ({row['gpu']}; {row['seed_label']})")
+                         f"reported in `{row['seed']}` ({md_text(row['gpu'])}; {md_text(row['seed_label'])})")
     if not parts:
-        return f"No seed reports batch {batch} for this step."
+        launches_only = not reported_frame[(reported_frame["batch"] == batch) & (reported_frame["step"] == "streams")].empty
+        return (f"The write-ups' rows at batch {batch} for this step time the kernel launches only, not the kernels, "
+                "so none is set beside ours here (the write-ups' table shows them)." if launches_only else
+                f"No seed reports batch {batch} for this step.")
     # Another GPU: the numbers are set side by side, never divided (the intro says why a ratio across
     # devices means nothing); the write-ups' table beside them is where they are compared.
     return (f"At batch {batch}, beside the write-ups (other GPUs, so no ratio is drawn): " + "; ".join(parts) + ".")
@@ -135,7 +139,8 @@ def accuracy_change(steps: dict):
 
 
 def workspace_table(step: str, chapter):
-    """The unrolled matrix per layer and batch: whole batch, and the chunk the step uses."""
+    """The unrolled matrix per layer and batch, the workspace a whole batch would need (the unrolled
+    matrix and the GEMM's result), and the chunks the step uses instead."""
     from . import get_step, layer_shape
 
     impl = get_step(step)
@@ -147,8 +152,10 @@ def workspace_table(step: str, chapter):
             shape = layer_shape(layer, batch)
             whole = impl.workspace_bytes(shape, dict(params, workspace_mib=None))
             chunk = impl.chunk_images(shape, params)
+            unrolled = 4 * impl.workspace_arrays(shape, batch).get("xu", whole // 4)
             rows.append({"Layer": layer, "Batch Size": batch,
-                         "Unrolled matrix, whole batch": f"{whole / 2**30:.2f} GiB",
+                         "Unrolled matrix, whole batch": f"{unrolled / 2**30:.2f} GiB",
+                         "Workspace, whole batch (with the GEMM's result)": f"{whole / 2**30:.2f} GiB",
                          "Images per chunk": chunk,
                          "Workspace used": f"{impl.workspace_bytes(shape, params) / 2**20:.0f} MiB",
                          "Chunks": -(-batch // chunk)})
