@@ -4,6 +4,7 @@ sanitizer, all read from the run the ceilings come from when it holds them."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from . import ceilings as ceilings_mod
@@ -143,6 +144,7 @@ def _environment_column(run, vendor_parameters: dict | None) -> dict:
     libs = ", ".join(f"{k} {v}" for k, v in sorted(soft.items())) or NOT_RECORDED
     vendor_text = ((vendor_parameters or {}).get("library") or (vendor_parameters or {}).get("torch")
                    or (f"PyTorch {soft['torch']}, cuDNN {soft.get('cudnn', '?')}" if soft.get("torch") else NOT_RECORDED))
+    vendor_text = _CUDNN_CODE.sub(lambda found: f"cuDNN {_cudnn_version(int(found.group(1)))}", str(vendor_text))
     clock = dev.get("clock_khz")
     clocks = env.get("clocks") or (f"{NOT_RECORDED} (the device's maximum SM clock: {clock / 1e6:.2f} GHz)"
                                    if clock else NOT_RECORDED)
@@ -195,3 +197,14 @@ def environment_tables(study, prefer: str | None, found_ceilings, found_vendor) 
         frame = pd.DataFrame({"Fact": list(column), "Value": list(column.values())})
         tables.append(styled(frame, f"Environment of run {run_id} (read here for: {what}).", wrap=True))
     return tables
+
+
+_CUDNN_CODE = re.compile(r"cuDNN (\d{4,6})\b")
+
+
+def _cudnn_version(code: int) -> str:
+    """cuDNN's version as ``torch.backends.cudnn.version()`` encodes it, in dotted form: from 9 on,
+    major·10000 + minor·100 + patch (91900 -> 9.19.0); before, major·1000 + minor·100 + patch."""
+    if code >= 90000:
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
