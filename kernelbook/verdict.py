@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import results
-from .bookrecording import fullest_of_newest_commit
+from .bookrecording import book_run, fullest_of_newest_commit
 from .bookrun import book_vendor, headline_size, load_recorded, vendor_of_run
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
@@ -142,8 +142,10 @@ def target_margin(ms: float, limit: float) -> str:
     return f"{gap:.1f} % under" if gap >= 0 else f"{-gap:.1f} % over"
 
 
-def device_limits():
-    """Per device recorded: the datasheet's peaks beside the newest ceilings measured on it."""
+def device_limits(*studies):
+    """Per device recorded: the datasheet's peaks beside the ceilings measured on it, from the
+    book's own runs of ``studies`` on that device where they measured them (the fullest of those),
+    else as the book's recording is chosen among every run that measured them."""
     from IPython.display import display
 
     from .evidence.datasheet import peaks_table
@@ -156,8 +158,11 @@ def device_limits():
             measured.setdefault(run.device, []).append(run)
             found[run.run_id] = ceilings
     # As the book's recording is chosen: the fullest run of the newest commit that measured them.
-    chosen = {device: fullest_of_newest_commit(runs, lambda run: len(run.part_names()))
-              for device, runs in measured.items()}
+    chosen = {}
+    for device, runs in measured.items():
+        books = {book.run_id for book in (book_run(study, device) for study in studies) if book is not None}
+        theirs = [run for run in runs if run.run_id in books]
+        chosen[device] = fullest_of_newest_commit(theirs or runs, lambda run: len(run.part_names()))
     newest = {device: (run, found[run.run_id]) for device, run in chosen.items()}
     if not newest:
         return styled(pd.DataFrame({"": ["No device ceilings are recorded yet."]}), "The devices' limits")

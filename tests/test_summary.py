@@ -107,6 +107,27 @@ def test_the_device_limits_read_the_fullest_run_of_each_device_s_newest_commit(m
         assert all(len(r.part_names()) <= len(chosen.part_names()) for r in same if r.commit == chosen.commit)
 
 
+def test_the_device_limits_of_the_summary_come_from_one_of_the_book_s_runs_of_that_device(monkeypatch):
+    """Given the studies, each device's ceilings are those of a run its pages read (the fullest of
+    those), not of another run of the same commit that no page shows."""
+    import re
+
+    from kernelbook.bookrecording import book_run
+    from kernelbook.lenet import STUDY as LENET
+    from kernelbook.mlp import STUDY as MLP
+    from kernelbook.vgg import STUDY as VGG
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", shown.append)
+    summary.device_limits(LENET, MLP, VGG)
+    assert shown
+    for table in shown:
+        html = table.to_html()
+        device, run_id = re.search(r"(NVIDIA [^,<]+), ceilings of run (\S+)\.", html).groups()
+        books = {run.run_id for run in (book_run(study, device) for study in (LENET, MLP, VGG)) if run is not None}
+        assert not books or run_id in books
+
+
 def test_the_devices_table_reads_each_device_s_book_run_alone():
     from kernelbook import results
     from kernelbook.bookrecording import book_run
