@@ -309,16 +309,20 @@ def throughput_table(chapter):
 
 
 def _role(name: str, current=None) -> str:
-    """The role a step plays beside ``current``: "baseline", "previous step" (the one before it in
-    the list), or "step it builds on" where ``current`` declares another (``builds_on``)."""
-    role = name.split(":")[0]
+    """The role a step plays beside ``current``: "baseline" or "previous step" (the step it changes:
+    its ``builds_on``, else the one before it in the list)."""
+    return name.split(":")[0]
+
+
+def _builds_on(other, current) -> str:
+    """", the step this one builds on" where ``other`` is the previous step by ``builds_on`` and not
+    the one just before ``current`` in the list (the tables call it the previous step either way)."""
     step = getattr(current, "step", None)
-    if role == "previous step" and getattr(step, "builds_on", None):
-        slugs = current.study.steps.slugs()
-        index = slugs.index(step.slug)
-        if index == 0 or slugs[index - 1] != step.builds_on:
-            return "step it builds on"
-    return role
+    if getattr(step, "builds_on", None) != other.slug:
+        return ""
+    slugs = current.study.steps.slugs()
+    index = slugs.index(step.slug)
+    return "" if index and slugs[index - 1] == other.slug else ", the step this one builds on"
 
 
 def delta_table(steps: dict):
@@ -378,8 +382,10 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
                     f"{1 / ratio:.2f}× slower than" if ratio <= 0.95 else "within 5 % of")
             elsewhere = ("" if other.session.run.run_id == current.session.run.run_id else
                          f", run {other.session.run.run_id}")
-            lines.append(f"{case} at {current.study.size_header.lower()} {size_here:,}: {format_ms(mine['value'])}, {word} "
-                         f"the {_role(name, current)} ({other.slug}, {format_ms(theirs['value'])}{elsewhere}).")
+            what = "" if metric == current.study.time_metric else f" ({metric})"
+            lines.append(f"{case} at {current.study.size_header.lower()} {size_here:,}{what}: {format_ms(mine['value'])}, "
+                         f"{word} the {_role(name, current)} ({other.slug}{_builds_on(other, current)}, "
+                         f"{format_ms(theirs['value'])}{elsewhere}).")
     return lines or ["No earlier step is recorded at these sizes to compare with."]
 
 

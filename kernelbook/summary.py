@@ -348,10 +348,24 @@ def banner(*studies, device: str | None = None):
             chapter = load_recorded(study, slug)
             if chapter is not None:
                 runs[chapter.session.run.run_id] = chapter.session.run
+    from .bookrecording import book_run, recorded_devices
     from .escape import md_code, md_text
 
-    lines = [f"{md_code(r.run_id)}: {md_text(r.device)}, {md_text(r.created_utc.replace('T', ' ').replace('Z', ' UTC'))}, "
-             f"commit {md_code(r.commit)}"
-             for r in sorted(runs.values(), key=lambda r: r.run_id)]
-    return Markdown("> **Replayed** (this page measures nothing): every number below comes from these recorded "
-                    "runs, named in each caption:\n>\n" + "\n".join(f"> - {line}" for line in lines))
+    others: dict = {}   # the other GPUs' book runs: the devices tables and the device limits read them
+    for study in studies:
+        for name in recorded_devices(study):
+            run = book_run(study, name)
+            if run is not None and run.run_id not in runs:
+                others[run.run_id] = run
+
+    def said(found: dict) -> list[str]:
+        return [f"> - {md_code(r.run_id)}: {md_text(r.device)}, "
+                f"{md_text(r.created_utc.replace('T', ' ').replace('Z', ' UTC'))}, commit {md_code(r.commit)}"
+                for r in sorted(found.values(), key=lambda r: r.run_id)]
+
+    text = ("> **Replayed** (this page measures nothing): every number below comes from these recorded runs, "
+            "named in each caption:\n>\n" + "\n".join(said(runs)))
+    if others:
+        text += ("\n>\n> and, in the devices tables and the devices' limits, the other GPU's recordings:\n>\n"
+                 + "\n".join(said(others)))
+    return Markdown(text)

@@ -139,3 +139,17 @@ def test_the_devices_table_reads_each_device_s_book_run_alone():
     ids = {run.run_id for run in books}
     others = [r.run_id for r in results.list_runs() if r.run_id not in ids and r.has_part(STUDY.part("hopper-split"))]
     assert others and not any(run_id in caption for run_id in others)   # newer or older, not read here
+
+
+def test_the_summary_banner_names_every_run_its_tables_read_the_other_gpu_s_included():
+    from kernelbook.bookrecording import book_run, recorded_devices
+    from kernelbook.lenet import STUDY as LENET
+    from kernelbook.mlp import STUDY as MLP
+    from kernelbook.vgg import STUDY as VGG
+
+    text = summary.banner(LENET, MLP, VGG).data
+    for study in (LENET, MLP, VGG):
+        for name in recorded_devices(study):
+            run = book_run(study, name)
+            if run is not None:
+                assert run.run_id in text

@@ -194,6 +194,8 @@ def environment_tables(study, prefer: str | None, found_ceilings, found_vendor) 
                    if mine and any(str(r.get("step", "")).endswith("channels-last") for r in found_vendor.records)
                    else {})
         column = _environment_column(run, {**found_vendor.parameters, **found_vendor.extra, **layouts} if mine else None)
+        if study.vendor_name != "cudnn":   # a study whose library calls no convolution: no cuDNN choice to report
+            column.pop("cuDNN algorithm and layout", None)
         frame = pd.DataFrame({"Fact": list(column), "Value": list(column.values())})
         tables.append(styled(frame, f"Environment of run {run_id} (read here for: {what}).", wrap=True))
     return tables

@@ -162,8 +162,9 @@ class MlpStudy(Study):
             else "relative L2 error against float64"
         worst = max((c.get("measured") or 0.0 for c in chapter.checks), default=0.0)
         limit = chapter.checks[0].get("tolerance") if chapter.checks else None
-        lines.append(f"Accuracy: the worst {measure} over {len(chapter.checks)} checked column counts is {worst:.2e}"
-                     + (f" (limit {limit:g})." if limit else "."))
+        lines.append(f"Accuracy: the worst {measure} over the correctness table's {len(chapter.checks)} checks is "
+                     f"{worst:.2e}" + (f" (limit {limit:g})" if limit else "")
+                     + "; the measurement table gives each timed case's own.")
         for case in self.cases:
             op = find_record(chapter.records, "op_time_ms", case)
             up = find_record(chapter.records, "time_with_upload_ms", case)
