@@ -514,9 +514,7 @@ def rates_table(*comparisons: Comparison):
         return styled(pd.DataFrame({"": ["No run of either device is recorded yet."]}), "Rates and ridge points",
                       wrap=True)
     units = ", ".join(name for _, name, _ in ROOFS)
-    return styled(frame, f"The rates each run gives its steps: the bandwidth (the copy rate of the run's ceilings, a kernel "
-                         f"reading and writing at once; the streaming read, higher, is on the summary), and the "
-                         f"{units} rates in GFLOP/s; "
-                         "each is the ceiling measured in that run where it holds one, else the datasheet's peak "
-                         "('Source of the rates' says which). The ridges, in the same order, are each rate over the "
-                         "bandwidth, in FLOPs per byte.")
+    return styled(frame, f"The rates each run gives its steps: the bandwidth (its ceilings' copy rate; the read rate is "
+                         f"on the summary), and the {units} rates in GFLOP/s; each is the ceiling measured in that "
+                         "run where it holds one, else the datasheet's peak ('Source of the rates' says which). The "
+                         "ridges, in the same order, are each rate over the bandwidth, in FLOPs per byte.")

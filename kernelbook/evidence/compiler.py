@@ -178,7 +178,19 @@ def table(found: session_mod.Recording, chapter=None):
     tall = wide.T
     tall.columns = [f"{kernel} ({layer})" for kernel, layer in tall.columns]
     tall.insert(0, "ptxas / SASS", [c.replace("sass_", "") for c in tall.index])
-    arch = (getattr(chapter.study.impl(chapter.slug), "arch", None) if chapter is not None else None) or "sm_90"
+    impl = chapter.study.impl(chapter.slug) if chapter is not None else None
+    arch = None
+    if impl is not None:   # a step that routes a case to another step's kernels builds for that step's target
+        from .. import limits
+
+        try:
+            case = chapter.study.cases[0]
+            with limits.as_recorded(found.session):   # routed as on the device the table was recorded on
+                arch = build_arch(impl, impl.params(**chapter.case_params().get(case, {})),
+                                  compiled_problem(chapter.study, case))
+        except Exception:
+            arch = getattr(impl, "arch", None)
+    arch = arch or "sm_90"
     note = "" if any(c.startswith("sass_") for c in frame["metric"]) else " (no SASS: cuobjdump was not installed where this was recorded)"
     return styled(tall.reset_index(drop=True), f"ptxas report (registers per thread, shared memory and spills in "
                                                f"bytes; shared_bytes is the static shared memory only: what a kernel "
