@@ -377,6 +377,16 @@ def test_comparison_shows_change_against_previous_and_baseline(results_root, no_
     assert "Not recorded yet: sweep" in overview and "long scoreboard" in overview
 
 
+def test_the_overview_gives_a_case_no_step_was_profiled_on_no_row(results_root, no_gpu):
+    run = fabricate_chapter(results_root)
+    records, kernels = _records(step="baseline")
+    run.write_part(STUDY.part("baseline", "ncu"), "lenet", [r for r in records if r["layer"] == "C1"],
+                   extra={"kernels": kernels})
+    frame = ncu.ncu_overview(STUDY, ["baseline"]).data
+    assert set(frame["Layer"]) == {"C1"}   # no C3 rows, not even a row of dashes for its stalls
+    assert (frame["Metric"] == "Top stalls (cycles/instr)").sum() == 1
+
+
 def test_change_formatting():
     assert ncu.change(150.0, 100.0) == "+50.0 %"
     assert ncu.change(None, 1.0) == "–" and ncu.change(1.0, 0.0) == "–"

@@ -378,7 +378,8 @@ def ncu_overview(study, steps: Iterable[str] | None = None, prefer_run: str | No
         for v, f in recorded.items():
             agg = {r["metric"]: r["value"] for r in f[1] if r["layer"] == layer}
             row[v] = ", ".join(f"{n.replace('_', ' ')} {x:.1f}" for n, x in top_stalls(agg)) or "–"
-        rows.append(row)
+        if any(row[v] != "–" for v in recorded):   # a case no step was profiled on gets no row
+            rows.append(row)
     labels = "; ".join(f"{v}: {f[0].short_label}" for v, f in recorded.items())
     missing = f" Not recorded yet: {', '.join(absent)}." if absent else ""
     frame = pd.DataFrame(rows)

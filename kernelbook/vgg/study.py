@@ -26,7 +26,7 @@ class VggStudy(Study):
     steps = STEPS
     cases = tuple(CASES)
     profile_cases = ("B1",)
-    case_header = "Layer (B1: one image; B2: two)"
+    case_header = "Layer (B1: one image, timed; B2: two, checked)"
     size_header = "Batch"
     size_name = "cases"
     rows = "cases"
