@@ -1,6 +1,7 @@
 """The book's recording of a study on a GPU: the one run a page reads every number from.
 
-``book_run(study, device)`` is the newest run made on that GPU that holds every step of the study;
+``book_run(study, device)`` is, of the runs made on that GPU that hold every step of the study, the
+fullest of the newest commit (``book_runs``: one per GPU recorded);
 ``replay_target`` is what a page's entry call (``run_chapter``, ``run_sweep``, ``open_page``) asks
 before it replays: which run, pinned (``session.pin``) so that no part is filled in from another
 run. Below the evidence modules and the pages: it reads the store and the session only.
@@ -54,6 +55,13 @@ def book_run(study, device: str | None = None) -> results.Run | None:
     whole = [run for run in results.runs_with(study.part(study.steps.steps[-1].slug))
              if _on(run, want) and complete(study, run)]
     return fullest_of_newest_commit(whole, lambda run: _evidence(study, run))
+
+
+def book_runs(study) -> dict:
+    """``{GPU name: its book run of study}`` for every GPU some run of the study was made on and
+    one run of it holds every step (what the devices tables and the device limits read)."""
+    found = {name: book_run(study, name) for name in recorded_devices(study)}
+    return {name: run for name, run in found.items() if run is not None}
 
 
 def recorded_devices(study) -> list[str]:

@@ -308,9 +308,7 @@ def throughput_table(chapter):
     return styled(out, f"Achieved throughput from the medians. [{chapter.recording.short_label}]")
 
 
-def _role(name: str, current=None) -> str:
-    """The role a step plays beside ``current``: "baseline" or "previous step" (the step it changes:
-    its ``builds_on``, else the one before it in the list)."""
+def _role(name: str) -> str:
     return name.split(":")[0]
 
 
@@ -338,16 +336,16 @@ def delta_table(steps: dict):
             mine = find_record(current.records, metric, case, size) if current.correct else None
             # The comparison first (this step, then its speed-ups), the steps it is compared with
             # after: on a narrow page the columns the verdict rests on stay in view.
-            row[f"{_role(names[-1], current).capitalize()} ({current.slug})"] = format_ms(mine["value"]) if mine else "–"
+            row[f"{_role(names[-1]).capitalize()} ({current.slug})"] = format_ms(mine["value"]) if mine else "–"
             found = {name: find_record(steps[name].records, metric, case, size) if steps[name].correct else None
                      for name in reversed(names[:-1])}
             for name, theirs in found.items():
-                row[f"speed-up vs {_role(name, current)}"] = (f"{theirs['value'] / mine['value']:.2f}×"
+                row[f"speed-up vs {_role(name)}"] = (f"{theirs['value'] / mine['value']:.2f}×"
                                                      if theirs and mine else "–")
             for name, theirs in found.items():
-                row[f"{_role(name, current).capitalize()} ({steps[name].slug})"] = format_ms(theirs["value"]) if theirs else "–"
+                row[f"{_role(name).capitalize()} ({steps[name].slug})"] = format_ms(theirs["value"]) if theirs else "–"
             rows.append(row)
-    tags = " | ".join(f"{_role(n, current)}: {ch.recording.short_label}" for n, ch in steps.items())
+    tags = " | ".join(f"{_role(n)}: {ch.recording.short_label}" for n, ch in steps.items())
     return styled(pd.DataFrame(rows), f"{metric} against earlier steps (medians). [{tags}]")
 
 
@@ -373,7 +371,7 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
             if not (mine and theirs):
                 continue
             if other.session.run.device != current.session.run.device:  # never a ratio across devices
-                lines.append(f"{case}: the {_role(name, current)} ({other.slug}) is recorded only on "
+                lines.append(f"{case}: the {_role(name)} ({other.slug}) is recorded only on "
                              f"{other.session.run.device} (run {other.session.run.run_id}), another device: "
                              "no ratio is drawn.")
                 continue
@@ -384,7 +382,7 @@ def step_verdict(steps: dict, size: int | None = None, metric: str = "op_time_ms
                          f", run {other.session.run.run_id}")
             what = "" if metric == current.study.time_metric else f" ({metric})"
             lines.append(f"{case} at {current.study.size_header.lower()} {size_here:,}{what}: {format_ms(mine['value'])}, "
-                         f"{word} the {_role(name, current)} ({other.slug}{_builds_on(other, current)}, "
+                         f"{word} the {_role(name)} ({other.slug}{_builds_on(other, current)}, "
                          f"{format_ms(theirs['value'])}{elsewhere}).")
     return lines or ["No earlier step is recorded at these sizes to compare with."]
 

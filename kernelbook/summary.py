@@ -146,13 +146,14 @@ def step_chart(study):
 def devices(study):
     """Each device's recording of every step (rows: step and case, columns: devices): the book's
     run of the study on that device where one holds every step, else each step's newest run."""
-    from .bookrecording import book_run
+    from .bookrecording import book_runs
 
     runs = [r for r in results.list_runs() if not results.is_candidate(r)]   # (a candidate: cited by id)
+    wholes = book_runs(study)
     by_device: dict = {}
     read: dict = {}
     for device in dict.fromkeys(r.device for r in runs):
-        whole = book_run(study, device)
+        whole = wholes.get(device)
         for run in [whole] if whole is not None else [r for r in runs if r.device == device]:
             for slug in study.steps.slugs():
                 part = results.readable_part(run, study.part(slug))
@@ -348,15 +349,11 @@ def banner(*studies, device: str | None = None):
             chapter = load_recorded(study, slug)
             if chapter is not None:
                 runs[chapter.session.run.run_id] = chapter.session.run
-    from .bookrecording import book_run, recorded_devices
+    from .bookrecording import book_runs
     from .escape import md_code, md_text
 
-    others: dict = {}   # the other GPUs' book runs: the devices tables and the device limits read them
-    for study in studies:
-        for name in recorded_devices(study):
-            run = book_run(study, name)
-            if run is not None and run.run_id not in runs:
-                others[run.run_id] = run
+    # the other GPUs' book runs: the devices tables and the device limits read them
+    others = {run.run_id: run for study in studies for run in book_runs(study).values() if run.run_id not in runs}
 
     def said(found: dict) -> list[str]:
         return [f"> - {md_code(r.run_id)}: {md_text(r.device)}, "

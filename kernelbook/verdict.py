@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import results
-from .bookrecording import book_run, fullest_of_newest_commit
+from .bookrecording import book_runs, fullest_of_newest_commit
 from .bookrun import book_vendor, headline_size, load_recorded, vendor_of_run
 from .evidence.ceilings import ceilings_for
 from .evidence.floor import floor_ms, step_math
@@ -159,8 +159,9 @@ def device_limits(*studies):
             found[run.run_id] = ceilings
     # As the book's recording is chosen: the fullest run of the newest commit that measured them.
     chosen = {}
+    per_study = [book_runs(study) for study in studies]   # read once: each lists the store
     for device, runs in measured.items():
-        books = {book.run_id for book in (book_run(study, device) for study in studies) if book is not None}
+        books = {book[device].run_id for book in per_study if device in book}
         theirs = [run for run in runs if run.run_id in books]
         chosen[device] = fullest_of_newest_commit(theirs or runs, lambda run: len(run.part_names()))
     newest = {device: (run, found[run.run_id]) for device, run in chosen.items()}

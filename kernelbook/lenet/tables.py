@@ -62,10 +62,10 @@ def speedup_sentence(chapter, reported_frame: pd.DataFrame, batch: int = 10000) 
             parts.append(f"{layer}: {format_ms(ours['value'])} here, {format_ms(float(theirs))} "
                          f"reported in `{row['seed']}` ({md_text(row['gpu'])}; {md_text(row['seed_label'])})")
     if not parts:
-        launches_only = not reported_frame[(reported_frame["batch"] == batch) & (reported_frame["step"] == "streams")].empty
+        streams_rows = not reported_frame[(reported_frame["batch"] == batch) & (reported_frame["step"] == "streams")].empty
         return (f"The write-ups' op times at batch {batch} for this step are not kernel times like ours (seed 001's "
                 "time the asynchronous launches only, and seed 000's are many times its own kernels' in the steps "
-                "before), so none is set beside ours here (the write-ups' table shows them)." if launches_only else
+                "before), so none is set beside ours here (the write-ups' table shows them)." if streams_rows else
                 f"No seed reports batch {batch} for this step.")
     # Another GPU: the numbers are set side by side, never divided (the intro says why a ratio across
     # devices means nothing); the write-ups' table beside them is where they are compared.
