@@ -635,6 +635,31 @@ def test_a_study_whose_layer_is_too_large_to_sanitize_launches_its_smaller_probl
     assert seen == [VGG.sanitizer_problem("B1"), None]
 
 
+def test_the_mlp_s_large_case_is_sanitized_on_fewer_columns_by_the_same_kernels():
+    """compute-sanitizer checks the 100x100 case on fewer columns that run every step's same
+    kernels (above the switch to the large-problem kernels, a multiple of 4, a partial last tile);
+    the 5x5 case on its own; the record names the columns."""
+    from kernelbook import limits
+    from kernelbook.mlp import STUDY as MLP
+
+    own, small = MLP.problem("100x100"), MLP.sanitizer_problem("100x100")
+    assert MLP.sanitizer_problem("5x5") is None
+    assert 8 * small.N <= own.N and small.N % 4 == 0 and small.N % 64
+    cmd = sanitizer.sanitizer_command(MLP, "memcheck", "baseline", {"100x100": {}}, MLP.sanitizer_size, ["100x100"], "/cs")
+    assert cmd[-1] == "--sanitizer-shape"
+    record = sanitizer.sanitizer_record(MLP, "memcheck", "final", "100x100", MLP.sanitizer_size,
+                                        {"errors": 0, "rc": 0, "passed": True})
+    assert record["shape"] == {"N": small.N}
+    with limits.assumed(limits.H100):
+        for slug in MLP.steps.slugs():
+            impl = MLP.impl(slug)
+            params = impl.params()
+            if "switch_columns" in params:
+                assert small.N > params["switch_columns"], slug
+            impl.validate(small, params)
+            assert impl.kernels_for(params, small) == impl.kernels_for(params, own), slug
+
+
 def test_tools_missing_here_are_reported_not_raised(monkeypatch):
     monkeypatch.setattr(sanitizer, "sanitizer_path", lambda: None)
     with pytest.raises(tools.ProfilerUnavailable, match="not installed"):

@@ -34,3 +34,25 @@ def test_a_missed_target_says_by_how_much():
     for _, row in frame.iterrows():
         if row["Verdict"].startswith("missed"):
             assert row["Verdict"].startswith("missed by ") and "× the limit" in row["Verdict"], row["Verdict"]
+
+
+def test_the_final_step_is_set_beside_the_fastest_other_fp32_accurate_step_of_its_run():
+    """vgg/10's verdict names the fastest of the other FP32-accurate steps of the same run (read
+    here from the records) and says by how much the final step is slower or faster."""
+    from kernelbook.report import find_record
+
+    chapter = _chapter("final")
+    op = find_record(chapter.records, "op_time_ms", "B1")
+    run_id = chapter.session.run.run_id
+    times = {}
+    for step in STUDY.steps:
+        if step.slug != "final" and getattr(step.impl, "tolerance", 1.0) <= 1e-5:
+            other = load_recorded(STUDY, step.slug)
+            if other is not None and other.session.run.run_id == run_id:
+                times[step.slug] = find_record(other.records, "op_time_ms", "B1")["value"]
+    (line,) = STUDY.against_fp32_accurate(chapter, op)
+    best = min(times, key=times.get)
+    assert f"({best})" in line and run_id in line
+    assert "hopper-split" in times and "winograd" in times and "tf32" not in times
+    if times[best] < op["min"] and op["value"] / times[best] > 1.001:
+        assert f"{(op['value'] / times[best] - 1) * 100:.1f} % slower" in line or "overlap" in line

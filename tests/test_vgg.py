@@ -253,27 +253,78 @@ def test_winograd_refuses_kernel_sizes_without_tables_and_final_falls_back():
     final.validate(ConvPoolShape(1, 4, 8, 8, 4, 9), final.params())
 
 
-def test_final_routes_to_hopper_3xtf32_on_a_hopper_gpu(monkeypatch):
-    """On a Hopper GPU the final step hands the call to step 13 (hopper-3xtf32), the fastest
-    FP32-accurate step on record; a shape step 13 refuses (K > 15) keeps the 3xTF32 kernel, and
-    another GPU keeps Winograd (K in 1, 3, 5, 7) or 3xTF32."""
+def test_final_routes_to_a_hopper_step_on_a_hopper_gpu(monkeypatch):
+    """On a Hopper GPU the final step hands the call to one of Hopper's FP32-accurate steps (13 or
+    14); where neither can tell which is faster (no GPU to time, no recording), step 13, the
+    first; a shape they refuse (K > 15) keeps the 3xTF32 kernel, and another GPU keeps Winograd
+    (K in 1, 3, 5, 7) or 3xTF32."""
     from kernelbook.vgg import final as final_module
 
     final = STEPS.impl("final")
     layer = ConvPoolShape(1, 256, 224, 224, 256, 5)
     monkeypatch.setattr(final, "_hopper_shapes", {})
     monkeypatch.setattr(final_module, "on_hopper", lambda: True)
+    monkeypatch.setattr(final_module, "recorded_faster", lambda steps, device: None)
     step, params = final.handoff(layer, final.params(), None, ())
     assert step.slug == "hopper-3xtf32" and params == step.params() and step.tolerance <= 1e-5
     assert final.source_for(final.params(), layer) == "vgg/13_hopper_3xtf32.cu"
     assert final.math_for(final.params(), layer) == "3xtf32" and not final.uses_winograd(layer)
     assert final.kernels_for(final.params(), layer) == step.kernel_names
-    wide = ConvPoolShape(1, 4, 40, 40, 4, 17)   # step 13 takes K <= 15
+    wide = ConvPoolShape(1, 4, 40, 40, 4, 17)   # the Hopper steps take K <= 15
     assert final.handoff(wide, final.params(), None, ()) is None and final.source_for(final.params(), wide) == final.source
     monkeypatch.setattr(final, "_hopper_shapes", {})
     monkeypatch.setattr(final_module, "on_hopper", lambda: False)
     step, _ = final.handoff(layer, final.params(), None, ())
     assert step.slug == "winograd" and final.source_for(final.params(), layer) == "vgg/09_winograd.cu"
+
+
+def test_on_a_hopper_gpu_the_final_runs_the_step_timed_faster_there_once_per_shape(monkeypatch):
+    """Measuring on a Hopper GPU, the final step times steps 13 and 14 on the first call of a shape
+    and routes every call of that shape to the faster, without timing again; both are FP32-accurate."""
+    from kernelbook.vgg import final as final_module
+
+    final = STEPS.impl("final")
+    timed = []
+
+    def faster_is_split(steps, shape):
+        timed.append((tuple(step.slug for step in steps), shape))
+        return next(step for step in steps if step.slug == "hopper-split")
+
+    monkeypatch.setattr(final, "_hopper_shapes", {})
+    monkeypatch.setattr(final_module, "on_hopper", lambda: True)
+    monkeypatch.setattr(final_module, "measuring", lambda: True)
+    monkeypatch.setattr(final_module, "timed_faster", faster_is_split)
+    layer = ConvPoolShape(1, 256, 224, 224, 256, 5)
+    for _ in range(3):
+        step, params = final.handoff(layer, final.params(), None, ())
+        assert step.slug == "hopper-split" and params == step.params() and step.tolerance <= 1e-5
+    assert final.math_for(final.params(), layer) == step.math_for(params, layer)
+    assert final.source_for(final.params(), layer) == "vgg/14_hopper_split.cu"
+    assert timed == [(("hopper-3xtf32", "hopper-split"), layer)]
+    other = ConvPoolShape(2, 64, 56, 56, 64, 3)
+    final.handoff(other, final.params(), None, ())
+    assert [shape for _, shape in timed] == [layer, other]
+
+
+def test_a_replayed_page_routes_the_final_as_the_recording_of_its_gpu_timed_the_two_steps():
+    """Replaying, the final step takes the Hopper step with the lower time of the timed case in the
+    book's recording of the page's GPU (read here from the records themselves)."""
+    from kernelbook.bookrecording import book_run
+    from kernelbook.vgg import STUDY
+    from kernelbook.vgg.final import recorded_faster
+
+    steps = [STEPS.impl("hopper-3xtf32"), STEPS.impl("hopper-split")]
+    checked = 0
+    for device in ("H100", "H200"):
+        run = book_run(STUDY, device)
+        if run is None:
+            continue
+        times = {step.slug: min(r["value"] for r in run.read_part(STUDY.part(step.slug))["records"]
+                                if r["metric"] == "op_time_ms" and r["layer"] == "B1") for step in steps}
+        assert recorded_faster(steps, run.device).slug == min(times, key=times.get)
+        checked += 1
+    assert checked, "no book recording of the VGG study to replay"
+    assert recorded_faster(steps, "a GPU with no recording") is None
 
 
 def test_the_compiler_report_builds_the_final_steps_hopper_kernels_for_sm_90a(monkeypatch):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Iterable
 
@@ -70,7 +71,7 @@ def sanitizer_record(study, tool: str, step: str, layer: str, size: int, summary
     problem = study.sanitizer_problem(layer)   # the smaller problem launched instead of the case's own
     return results.record(study.name, step, layer, size, "sanitizer_errors", summary["errors"], unit="errors",
                           tool=tool, rc=summary["rc"], passed=summary["passed"],
-                          **({"shape": problem.as_dict()} if problem is not None else {}),
+                          **({"shape": dataclasses.asdict(problem)} if problem is not None else {}),
                           **{k: summary[k] for k in ("hazards", "hazard_errors", "hazard_warnings") if k in summary})
 
 

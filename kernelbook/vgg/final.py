@@ -1,6 +1,7 @@
 """Steps 09 and 10 of the VGG study: Winograd F(2×2, K×K) in FP32, and the final step, which runs
-the FP32-accurate kernel of the study chosen for the call's GPU (step 13's 3xTF32 on Hopper's own
-path on a Hopper GPU; elsewhere Winograd where it has transform tables, 3xTF32 otherwise)."""
+the FP32-accurate kernel of the study chosen for the call's GPU (on a Hopper GPU, the faster there of
+steps 13 and 14, timed once per shape; elsewhere Winograd where it has transform tables, 3xTF32
+otherwise)."""
 
 from __future__ import annotations
 
@@ -121,6 +122,96 @@ class _Step09Kernels(Winograd):
 
 
 
+_UNDECIDED = object()
+
+
+def _takes(step, shape) -> bool:
+    try:
+        step.validate(shape, step.params())
+        return True
+    except (ShapeError, LaunchLimitError):
+        return False
+
+
+def faster(steps: list, shape: ConvPoolShape):
+    """Of ``steps`` (each takes ``shape``), the one that runs it faster on this GPU: timed here
+    (``timed_faster``) when measuring; on a page that replays a recording, the faster of the two
+    in the book's recording of that GPU (``recorded_faster``). None for no step; the first when
+    neither can tell."""
+    from .. import limits
+
+    if len(steps) <= 1:
+        return steps[0] if steps else None
+    if not measuring():
+        return recorded_faster(steps, limits.current().name) or steps[0]
+    return timed_faster(steps, shape)
+
+
+def measuring() -> bool:
+    """Whether this process's own GPU runs the calls (not a page showing a recording)."""
+    from .. import gpu, limits
+
+    return not limits.is_assumed() and gpu.available()
+
+
+def recorded_faster(steps: list, device: str):
+    """The step of ``steps`` with the lowest recorded time of the study's timed case in the book's
+    recording on ``device`` (a GPU's name); None when that recording lacks one of them."""
+    from ..bookrecording import book_run
+    from . import STUDY
+
+    run = book_run(STUDY, device)
+    if run is None:
+        return None
+    times = {}
+    for step in steps:
+        part = run.read_part(STUDY.part(step.slug)) if run.has_part(STUDY.part(step.slug)) else {"records": []}
+        found = [r["value"] for r in part["records"] if r["metric"] == STUDY.time_metric
+                 and r["layer"] == STUDY.profile_cases[0] and r["value"] is not None]
+        if not found:
+            return None
+        times[step.slug] = min(found)
+    return min(steps, key=lambda step: times[step.slug])
+
+
+TIMING_BYTES = 256 * 1024 ** 2   # the largest input the choice allocates; a larger batch is timed in part
+
+
+def timed_faster(steps: list, shape: ConvPoolShape, rounds: int = 2, launches: int = 3):
+    """The step of ``steps`` whose launches on ``shape`` (its batch cut so that the input stays
+    under ``TIMING_BYTES``) take the least time here, by CUDA events over ``launches`` back to
+    back, the best of ``rounds`` alternating rounds; each is launched once before (compiles,
+    packs). ``_UNDECIDED`` while a CUDA graph is being captured (no launch may be timed then)."""
+    import dataclasses
+
+    import cupy as cp
+
+    stream = cp.cuda.get_current_stream()
+    if stream.is_capturing():
+        return _UNDECIDED
+    per_image = 4 * shape.C * shape.H * shape.W
+    sample = dataclasses.replace(shape, B=max(1, min(shape.B, TIMING_BYTES // per_image)))
+    rng = cp.random.default_rng(0)
+    x = rng.standard_normal(sample.x_shape, dtype=cp.float32)
+    w = rng.standard_normal(sample.w_shape, dtype=cp.float32)
+    b = rng.standard_normal((sample.M,), dtype=cp.float32)
+    y = cp.empty(sample.y_shape, dtype=cp.float32)
+    best = {}
+    for step in steps:
+        step.prepare(step.params(), sample)
+        step.launch(y, x, w, b, sample, step.params())
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    for _ in range(rounds):
+        for step in steps:
+            start.record(stream)
+            for _ in range(launches):
+                step.launch(y, x, w, b, sample, step.params())
+            end.record(stream)
+            end.synchronize()
+            best[step.slug] = min(best.get(step.slug, float("inf")), cp.cuda.get_elapsed_time(start, end))
+    return min(steps, key=lambda step: best[step.slug])
+
+
 def on_hopper() -> bool:
     """True when this process's GPU is a Hopper (compute capability 9.0, what ``sm_90a`` runs on);
     asked of the driver once per process (``limits.current``), so a call pays a look-up."""
@@ -135,19 +226,22 @@ def on_hopper() -> bool:
 class Final(ThreeTF32):
     """Step 10: the FP32-accurate kernel of the study chosen for the call's GPU.
 
-    On a Hopper GPU that is step 13, 3xTF32 on Hopper's own path (TMA + wgmma,
-    kernels/vgg/13_hopper_3xtf32.cu): the fastest FP32-accurate step on the H100 (on the H200,
-    step 14 is faster in the recorded runs, and this route does not follow it), and it passes the
-    range test. Elsewhere (and for a shape step 13 refuses) it is step 09's Winograd F(2×2, K×K)
-    for K in 1, 3, 5, 7 (its kernels, from kernels/vgg/09_winograd.cu), which the recorded runs
-    time faster than 3xTF32 at B=1, and for
-    other K this file's 3xTF32 implicit GEMM (step 08's kernel with step 08's tile). All three are
-    FP32-accurate (tolerance 1e-5). With a raw weight array, step 13 packs it on its first call
-    and compares it with that copy on the device on each later one (no copy to the host).
+    On a Hopper GPU that is the faster there of the FP32-accurate steps of Hopper's own path (TMA +
+    wgmma), step 13 (3xTF32) and step 14 (the cross terms on BF16): both pass the range test, and
+    which is faster depends on the GPU model (the recorded runs have step 13 ahead on the H100 and
+    step 14 on the H200). The first call of a shape on a GPU times both (``timed_faster``: a few
+    launches each, on the batch cut to 256 MiB of input) and later calls of that shape go straight
+    to the faster; a page replaying a recording takes the faster in the book's recording of its GPU.
+    Elsewhere (and for a shape neither takes) it is step 09's Winograd F(2×2, K×K) for K in 1, 3,
+    5, 7 (its kernels, from kernels/vgg/09_winograd.cu), which the recorded runs time faster than
+    3xTF32 at B=1, and for other K this file's 3xTF32 implicit GEMM (step 08's kernel with step
+    08's tile). All are FP32-accurate (tolerance 1e-5). With a raw weight array, the Hopper steps
+    pack it on their first call and compare it with that copy on the device on each later one (no
+    copy to the host).
     """
 
     kernel_names = ("conv_pool_final", "tc_pack_weights", "tc_pack_input")
-    HOPPER_STEP = "hopper-3xtf32"
+    HOPPER_STEPS = ("hopper-3xtf32", "hopper-split")   # the FP32-accurate steps of Hopper's path
 
     def __init__(self):
         super().__init__()
@@ -158,21 +252,23 @@ class Final(ThreeTF32):
         return isinstance(shape, ConvPoolShape) and shape.K in WINOGRAD_K and self.hopper(shape) is None
 
     def hopper(self, shape: ConvPoolShape):
-        """Step 13's implementation when it runs this call (a Hopper GPU and a shape it takes), else
-        None; decided once per shape."""
+        """The Hopper step that runs this call (a Hopper GPU and a shape one of ``HOPPER_STEPS``
+        takes), else None; decided once per GPU and shape: the faster on this GPU (``faster``)."""
         if not (isinstance(shape, ConvPoolShape) and on_hopper()):
             return None
-        found = self._hopper_shapes.get(shape)
+        from .. import limits
+
+        key = (limits.current().name, limits.is_assumed(), shape)
+        found = self._hopper_shapes.get(key)
         if found is None:
-            step = self.other(self.HOPPER_STEP)
-            try:
-                step.validate(shape, step.params())
-                found = (step,)
-            except (ShapeError, LaunchLimitError):
-                found = (None,)
+            taking = [step for step in map(self.other, self.HOPPER_STEPS) if _takes(step, shape)]
+            choice = faster(taking, shape)
+            if choice is _UNDECIDED:          # a graph is being captured: decide on a later call
+                return taking[0]
+            found = (choice,)
             if len(self._hopper_shapes) > 256:
                 self._hopper_shapes.clear()
-            self._hopper_shapes[shape] = found
+            self._hopper_shapes[key] = found
         return found[0]
 
     def routed(self, shape):
@@ -198,7 +294,7 @@ class Final(ThreeTF32):
         return other[0].defines(other[1], shape) if other else super().defines(params, shape)
 
     def arch_for(self, params, problem) -> str | None:
-        """``sm_90a`` where step 13's kernels run the call (the compiler report builds them so)."""
+        """``sm_90a`` where a Hopper step's kernels run the call (the compiler report builds them so)."""
         hopper = self.hopper(problem)
         return hopper.arch if hopper else self.arch
 
@@ -212,8 +308,8 @@ class Final(ThreeTF32):
 
     def launches(self, shape, params):
         """Step 09's four launches for K in 1, 3, 5, 7; else the 3xTF32 ones (read by the limit
-        checks and ``kernels_for``; ``launch`` routes the call). On a Hopper GPU, step 13's (None:
-        it launches by hand)."""
+        checks and ``kernels_for``; ``launch`` routes the call). On a Hopper GPU, the chosen Hopper
+        step's (None: it launches by hand)."""
         other = self.routed(shape)
         return other[0].launches(shape, other[1]) if other else super().launches(shape, params)
 
@@ -234,5 +330,6 @@ class Final(ThreeTF32):
             super().prepare(params, problem)
 
     def handoff(self, shape, params, y, operands):
-        """A Hopper GPU: step 13's launches; else K in 1, 3, 5, 7: step 09's Winograd launches."""
+        """A Hopper GPU: the chosen Hopper step's launches; else K in 1, 3, 5, 7: step 09's
+        Winograd launches."""
         return self.routed(shape)

@@ -40,7 +40,8 @@ class VggStudy(Study):
         """compute-sanitizer launches the case's batch and channels on 38 × 37 pixels instead of
         224²: a partial tile each way and an odd column the pool drops, at about a thirty-fifth of
         the accesses memcheck instruments (the whole layer took up to minutes a check). Every step
-        takes it by the same route as the case's own (tests/test_profiling.py)."""
+        takes it by the same route as the case's own (tests/test_profiling.py), but the final step
+        on a Hopper GPU, which times its two Hopper steps per shape: both have rows of their own."""
         from .problem import ConvPoolShape
 
         own = CASES[case]
@@ -163,6 +164,8 @@ class VggStudy(Study):
                     others.append(f"{step} {format_ms(ref['value'])} "
                                   f"({f'{ratio:.2f}× slower than this step' if ratio >= 1 else f'{1 / ratio:.2f}× faster than this step'})")
             lines.append(f"The library, timed in run {found.session.run.run_id}: " + "; ".join(others) + ".")
+        if op is not None and chapter.slug == "final":
+            lines.extend(self.against_fp32_accurate(chapter, op))
         previous = chapter.study.steps.previous(chapter.slug)
         for _, row in self.reported_frame(chapter.slug).iterrows():
             before = load_recorded(self, previous.slug, prefer_run=chapter.session.run.run_id) if previous else None
@@ -177,6 +180,35 @@ class VggStudy(Study):
                              f"(`{row['seed']}`); here it is {change:+,.0f} GFLOP/s "
                              f"({'the same direction' if agree else 'the opposite direction'}).")
         return lines
+
+    def against_fp32_accurate(self, chapter, op: dict) -> list[str]:
+        """The final step beside the fastest of the study's other FP32-accurate steps (tolerance
+        1e-5) timed in the same run, by how much, or that the ranges of their repeats overlap."""
+        from ..report import find_record, format_ms
+        from ..stepdata import load_recorded
+
+        run_id = chapter.session.run.run_id
+        timed = []
+        for step in self.steps:
+            if step.slug == chapter.slug or getattr(step.impl, "tolerance", 1.0) > 1e-5:
+                continue
+            recording = load_recorded(self, step.slug, prefer_run=run_id)
+            if recording is None or recording.session.run.run_id != run_id or not recording.correct:
+                continue
+            found = find_record(recording.records, "op_time_ms", "B1")
+            if found is not None:
+                timed.append((found["value"], step, found))
+        if not timed:
+            return []
+        _, step, best = min(timed, key=lambda item: item[0])
+        ratio = op["value"] / best["value"]
+        if op["min"] <= best["max"] and best["min"] <= op["max"]:
+            how = "the ranges of their repeats overlap"
+        else:
+            how = f"{(ratio - 1) * 100:.1f} % slower" if ratio > 1 else f"{(1 / ratio - 1) * 100:.1f} % faster"
+        return [f"Of the study's other FP32-accurate steps timed in run {run_id}, the fastest is step "
+                f"{step.number:02d} ({step.slug}) at {format_ms(best['value'])}; this step takes "
+                f"{format_ms(op['value'])}: {how}."]
 
 
 STUDY = VggStudy()
