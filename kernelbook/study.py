@@ -30,7 +30,8 @@ class Column:
 class Study:
     """Base of every study. Subclasses set the class attributes and implement the hooks."""
 
-    name: ClassVar[str]
+    name: ClassVar[str]                       # default: the package's last name ("lenet")
+    module: ClassVar[str]                     # default: the study's package ("kernelbook.lenet")
     title: ClassVar[str]
     steps: ClassVar[StepList]
     cases: ClassVar[tuple[str, ...]]          # layers or test cases, in table order
@@ -55,6 +56,16 @@ class Study:
     #: mapped to today's names when a recording is read (the recorded data is never rewritten).
     old_vendor_names: ClassVar[dict[str, str]] = {}
     profile_size: ClassVar[int] = 1000         # the size Nsight Compute and the sanitizer launch
+
+    def __init_subclass__(cls, **kwargs):
+        """A study's ``module`` is the package its class is defined in and its ``name`` that
+        package's last part, unless the class (or a study it extends) sets them."""
+        super().__init_subclass__(**kwargs)
+        package = cls.__module__.rpartition(".")[0] or cls.__module__
+        if not hasattr(cls, "module"):
+            cls.module = package
+        if not hasattr(cls, "name"):
+            cls.name = cls.module.rpartition(".")[2]
 
     # ------------------------------------------------------------------ derived
 

@@ -310,3 +310,32 @@ def test_without_a_whole_run_each_step_comes_from_its_devices_newest_run_and_the
         c.session.run.device == H200["name"] for c in other.chapters.values())
     text = crossdevice.banner(crossdevice.Comparison(STUDY, base, other)).data
     assert "no run holds every step" in text and first.run_id in text and second.run_id in text
+
+
+def test_the_row_the_roofline_leaves_unexplained_is_set_beside_its_two_profiles():
+    """The devices page's step-14 table shows each GPU's own Nsight Compute rows from its book run,
+    and the generated lines print those values with the direction each moved and the step's rank by
+    speed-up (read here from the records themselves)."""
+    from kernelbook import crossdevice_profile
+    from kernelbook.vgg import STUDY as VGG
+
+    view = crossdevice.compare(VGG)
+    if not (view.base.found and view.other.found and view.base.ncu.get("hopper-split")
+            and view.other.ncu.get("hopper-split")):
+        pytest.skip("no profiled VGG recording on both GPUs")
+
+    def value(recording, metric):
+        return next(r["value"] for r in recording.ncu["hopper-split"] if r["metric"] == metric and r["layer"] == "B1")
+
+    lines = crossdevice_profile.profile_lines(view, "hopper-split", "B1")
+    t0, t1 = value(view.base, "tensor_pipe_pct"), value(view.other, "tensor_pipe_pct")
+    s0, s1 = value(view.base, "stall_long_scoreboard"), value(view.other, "stall_long_scoreboard")
+    assert f"{t1:.1f} %" in lines[1] and f"{t0:.1f} %" in lines[1]
+    assert ("busier than" in lines[1]) == (t1 > t0 * 1.02) and ("less busy than" in lines[1]) == (t1 < t0 / 1.02)
+    assert f"{s1:.2f}" in lines[2] and ("less than" in lines[2]) == (s1 < s0 / 1.02)
+    rows = view.frame[(view.frame["case"] == "B1") & view.frame["speedup"].notna()]
+    best = rows.sort_values("speedup", ascending=False)["step"].iloc[0]
+    assert ("the largest" in lines[0]) == (best == "hopper-split")
+    table = crossdevice_profile.profile_pair(view, "hopper-split", "B1").data
+    assert list(table.columns[1:]) == [f"{r.label} (run {r.run.run_id})" for r in (view.base, view.other)]
+    assert "not recorded" not in set(table.iloc[:, 1]) | set(table.iloc[:, 2])

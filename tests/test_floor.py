@@ -146,3 +146,28 @@ def test_the_profiles_page_reads_its_gpus_runs_only(no_gpu):
             html = "".join(t.to_html() for t in environment_tables(STUDY, page.prefer, page.found_ceilings,
                                                                      page.found_vendor))
         assert "Environment of run" in html and absent not in html, device
+
+
+def test_a_split_unit_has_its_own_roof_drawn_and_is_judged_against_it(monkeypatch):
+    """A 3xTF32 step spends three TF32 products per product: its roof, the TF32 roof over three, is
+    drawn (grey, in the key) and a point above that measured roof but under the datasheet's peak
+    over three gets the note that one program's rate is no limit."""
+    import pandas as pd
+
+    from kernelbook.evidence import roofline
+
+    monkeypatch.setattr(roofline, "device_of", lambda ceilings: H100)
+    measured = {"copy_gbs": 3000.0, "tf32_tensor_gflops": 390_000.0, "fp16_tensor_gflops": 770_000.0,
+                "fp32_gflops": 60_000.0}
+    row = {"layer": "B1", "size": 1, "flops": 1.0, "op_time_ms": 1.0, "intensity": 500.0, "bytes": 1.0,
+           "bytes_source": "dram (ncu)", "provenance": "", "replayed": True, "run_id": "r"}
+    frame = pd.DataFrame([{**row, "number": "13", "step": "hopper-3xtf32", "gflops": 140_000.0},
+                          {**row, "number": "08", "step": "3xtf32", "gflops": 100_000.0}])
+    maths = {"hopper-3xtf32": "3xtf32", "3xtf32": "3xtf32"}
+    notes = roofline.above_roofs(frame, measured, maths)
+    assert len(notes) == 1 and "13 (hopper-3xtf32" in notes[0] and "3xTF32 (TF32 tensor ÷ 3)" in notes[0]
+    assert "130,000" in notes[0] and "164,833" in notes[0] and "a rate a kernel can beat" in notes[0]
+    fig = roofline.roofline(frame, measured, maths=maths)
+    labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert "3xTF32 (TF32 tensor ÷ 3): 130,000 GFLOP/s" in labels
+    assert not any("FP16 tensor ÷" in label for label in labels)   # no split unit on FP16 here: no such roof

@@ -86,6 +86,8 @@ def points(study, size: int | None = None, prefer_run: str | None = None, found_
     return points_from(study, chapters, ncu, found_vendor.records, size, found_vendor.short_label, vendor_run)
 
 
+#: Line styles of the split units' roofs (thinner and grey: each is a tensor roof divided).
+SPLIT_STYLES = ((0, (1, 1)), (0, (5, 1, 1, 1)), (0, (3, 3)))
 #: One style per step: 8 colours x 4 marker shapes give 32 distinct (colour, marker) pairs, so no
 #: two of a study's steps (18 at most today) or its library rows share a look.
 STEP_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -112,6 +114,29 @@ def roof_at(values: dict, metric: str, intensity: float) -> float | None:
     return min(peak, bandwidth * intensity) if bandwidth else peak
 
 
+#: The units that spend several tensor-core products per product, as the chart names their roofs.
+SPLIT_NAMES = {"3xtf32": "3xTF32", "3xfp16": "3xFP16", "tf32+2xbf16": "TF32 + 2 BF16"}
+
+
+def split_roof_name(unit: str, metric: str) -> str:
+    """``3xTF32 (TF32 tensor ÷ 3)``: a split unit's roof, the tensor roof it runs on over its cost."""
+    rate, cost = UNITS[unit]
+    return f"{SPLIT_NAMES.get(unit, unit)} ({dict((m, n) for m, n, _ in ROOFS)[rate]} ÷ {cost:g})"
+
+
+def split_roofs(values: dict, maths: dict | None) -> list[tuple[str, float]]:
+    """(name, GFLOP/s) of the roof of each split unit among ``maths`` (``above_roofs``' argument):
+    the measured tensor rate over the products each product costs, the roof such a step is judged
+    against, drawn beside the tensor roofs it divides."""
+    units = sorted({str(m).partition("*")[0] for m in (maths or {}).values()})
+    out = []
+    for unit in units:
+        rate, cost = UNITS.get(unit, (None, 1.0))
+        if rate is not None and cost > 1 and values.get(rate) and unit not in ("fp32", "fp16x2"):
+            out.append((split_roof_name(unit, rate), values[rate] / cost))
+    return out
+
+
 def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> list[str]:
     """Sentences for the points that sit above a roof that should bound them, and why they can.
 
@@ -136,27 +161,29 @@ def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> lis
         who = f"{p['number']} ({p['step']}, {p['layer']})"
         kind = maths.get((p["step"], p["layer"]), maths.get(p["step"]))
         unit = (kind or "").partition("*")[0]
-        metric = UNITS.get(unit, (None,))[0]   # the roof of the step's unit (floor.UNITS)
+        metric, cost = UNITS.get(unit, (None, 1.0))   # the roof of the step's unit (floor.UNITS)
         if metric is None:  # a library row, or a step whose unit is not known here
             peaks = [values[m] for m, _, _ in ROOFS if values.get(m)]
             if peaks and y > max(peaks):
                 notes.append(f"{who} sits above every flat roof ({y:,.0f} against {max(peaks):,.0f} GFLOP/s): "
                              "it does fewer operations than the direct FLOP count its rate is computed from.")
             continue
-        peak = values.get(metric)
-        limit = sheet_limits.get(metric)
+        split = unit not in ("fp32", "fp16x2") and cost > 1   # a tensor unit spending several products per product
+        peak = values.get(metric) and values[metric] / (cost if split else 1.0)
+        limit = sheet_limits.get(metric) and sheet_limits[metric] / (cost if split else 1.0)
+        name = split_roof_name(unit, metric) if split else names[metric]
         if peak and y > peak and unit not in ("fp32", "fp16x2") and limit and y <= limit:
-            notes.append(f"{who} sits above the measured {names[metric]} roof ({y:,.0f} against {peak:,.0f} GFLOP/s): "
+            notes.append(f"{who} sits above the measured {name} roof ({y:,.0f} against {peak:,.0f} GFLOP/s): "
                          "that roof is what one program (cuBLAS on a large square matrix product) reached, a rate a "
-                         f"kernel can beat; the datasheet's peak, {limit:,.0f} GFLOP/s, is the limit, and its floor "
-                         "stands on it.")
+                         f"kernel can beat; the datasheet's peak{' over the same products' if split else ''}, "
+                         f"{limit:,.0f} GFLOP/s, is the limit, and its floor stands on it.")
         elif peak and y > peak:
             why = ("it does fewer multiplications than the direct convolution's FLOP count, from which every "
                    "point's rate is computed (a Winograd transform trades multiplications for additions), so "
                    "its rate is an effective one, not arithmetic faster than the device's"
                    if unit in ("fp32", "fp16x2") else
                    "its rate counts the problem's FLOPs, not the tensor-core operations it issued")
-            notes.append(f"{who} sits above the {names[metric]} roof ({y:,.0f} against {peak:,.0f} GFLOP/s): {why}.")
+            notes.append(f"{who} sits above the {name} roof ({y:,.0f} against {peak:,.0f} GFLOP/s): {why}.")
         elif bandwidth and y > bandwidth * x and p["bytes_source"] == "dram (ncu)":
             notes.append(f"{who} sits above the bandwidth slope ({y:,.0f} against {bandwidth * x:,.0f} GFLOP/s at "
                          "its intensity): its DRAM traffic, as Nsight Compute counted it, moved faster than the "
@@ -193,7 +220,7 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     cases = list(dict.fromkeys(have["layer"])) if not have.empty else [None]
     steps = list(dict.fromkeys(have["step"])) if not have.empty else []
     notes = above_roofs(have, ceilings, maths) if not have.empty else []
-    key_rows = (len(steps) + len(ROOFS) + 2 + 1) // 2
+    key_rows = (len(steps) + len(ROOFS) + len(split_roofs(values, maths)) + 2 + 1) // 2
     key_height = 0.22 * key_rows + 0.8  # inches under the panels for the key and the provenance line
     height = 5.0 * len(cases) + key_height
     fig, axes = plt.subplots(len(cases), 1, figsize=(7.5, height), dpi=110, squeeze=False)
@@ -205,6 +232,7 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     heights = list(have["gflops"]) if not have.empty else []
     heights += [v for m, _, _ in ROOFS if (v := values.get(m))] + ([bandwidth * lo] if bandwidth else [])
+    heights += [v for _, v in split_roofs(values, maths)]
     styles = {v: step_style(i) for i, v in enumerate(steps)}
     size = int(have["size"].iloc[0]) if not have.empty else 0
     labels_of: dict = {}
@@ -219,6 +247,9 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
             ys = [min(peak, bandwidth * x) if bandwidth else peak for x in xs]
             ridge = f", ridge {peak / bandwidth:.0f} FLOP/B" if bandwidth else ""
             ax.plot(xs, ys, color="black", ls=style, lw=1.4, label=f"{name}: {peak:,.0f} GFLOP/s{ridge}")
+        for (name, peak), style in zip(split_roofs(values, maths), SPLIT_STYLES):
+            ys = [min(peak, bandwidth * x) if bandwidth else peak for x in xs]
+            ax.plot(xs, ys, color="0.45", ls=style, lw=1.0, label=f"{name}: {peak:,.0f} GFLOP/s")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)

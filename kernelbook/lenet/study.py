@@ -23,13 +23,10 @@ from ..study import Column, Study
 from .problem import LAYERS, MAX_BATCH, layer_shape
 from .steps import STEPS
 
-NAME = "lenet"
 DEFAULT_WEIGHTS = "data/models/lenet86.bin"
 
 
 class LeNetStudy(Study):
-    name = NAME
-    module = "kernelbook.lenet"
     title = "LeNet-86 forward convolution"
     steps = STEPS
     cases = tuple(LAYERS)

@@ -21,12 +21,8 @@ from . import require_gpu
 from .problem import CASES, MlpShape
 from .steps import STEPS
 
-NAME = "mlp"
-
 
 class MlpStudy(Study):
-    name = NAME
-    module = "kernelbook.mlp"
     title = "Fully connected network inference (71 → 64 → 64 → 4)"
     steps = STEPS
     cases = tuple(CASES)

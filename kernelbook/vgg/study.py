@@ -16,12 +16,8 @@ from . import require_gpu
 from .problem import CASES
 from .steps import STEPS
 
-NAME = "vgg"
-
 
 class VggStudy(Study):
-    name = NAME
-    module = "kernelbook.vgg"
     title = "VGG-style layer (256 → 256, 224², 5×5, bias + ReLU + 2×2 pool)"
     steps = STEPS
     cases = tuple(CASES)
