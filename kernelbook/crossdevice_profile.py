@@ -49,8 +49,8 @@ def profile_pair(comparison, step: str, case: str):
                          f"explains the rows). L2 size, as each run recorded its device: {l2 or 'not recorded'}.")
 
 
-def _direction(a: float, b: float, more: str, less: str) -> str:
-    return more if b > a * 1.02 else less if b < a / 1.02 else "about the same as"
+def _direction(a: float, b: float, more: str, less: str, same: str) -> str:
+    return more if b > a * 1.02 else less if b < a / 1.02 else same
 
 
 def profile_lines(comparison, step: str, case: str) -> list[str]:
@@ -77,11 +77,11 @@ def profile_lines(comparison, step: str, case: str) -> list[str]:
         number = comparison.study.steps.get(step).number
         first = [f"The speed-up of step {number:02d} ({step}) on the {o} is {speedup:.2f}× at {case}, {where} "
                  f"of the study's {len(ranked)} steps timed there on both."]
-    return first + [f"On the {o} the tensor pipe is busy {t1:.1f} % of the launch against {t0:.1f} % on the {b} "
-            f"({_direction(t0, t1, 'busier than', 'less busy than')} there).",
-            f"Its warps stall on long scoreboard (waiting for a load through L1TEX) {s1:.2f} cycles per "
-            f"instruction on the {o} against {s0:.2f} on the {b} "
-            f"({_direction(s0, s1, 'more than', 'less than')} there).",
+    return first + [f"On the {o} the tensor pipe is busy {t1:.1f} % of the launch against {t0:.1f} % on the {b}: "
+            f"{_direction(t0, t1, 'busier', 'less busy', 'about as busy')} on the {o}.",
+            f"Its warps stall on long scoreboard (waiting for a load from global memory, through L1 and L2) "
+            f"{s1:.2f} cycles per instruction on the {o} against {s0:.2f} on the {b}: "
+            f"{_direction(s0, s1, 'longer', 'shorter', 'about as long')} waits on the {o}.",
             f"L2 serves {l1:.1f} % of its sectors on the {o} against {l0:.1f} % on the {b}, and DRAM moves "
             f"{d1 / 1e6:,.0f} MB against {d0 / 1e6:,.0f} MB."]
 

@@ -587,9 +587,14 @@ def test_sanitizer_results_are_recorded_and_shown(results_root, no_gpu):
             for tool, errors in (("memcheck", 0), ("racecheck", 3)) for layer in ("C1", "C3")]
     recs.append(sanitizer.sanitizer_record(STUDY, "memcheck", "tiled", "C1", 4, {"errors": None, "rc": None, "passed": False}))
     run.write_part(sanitizer.part(STUDY), "lenet", recs, parameters={"batch": 4})
-    html = sanitizer.sanitizer_table(STUDY).to_html()
+    table = sanitizer.sanitizer_table(STUDY)
+    html = table.to_html()
     assert "pass (0 errors)" in html and "FAIL (3 errors)" in html and "did not run" in html
     assert "Test GPU 9000" in html
+    frame = table.data   # every step and case has a row, in the step list's order; one never checked says so
+    assert list(zip(frame["Step"], frame["Layer"])) == [(s, c) for s in STUDY.steps.slugs() for c in STUDY.cases]
+    never = frame[frame["Step"] == STUDY.steps.steps[-1].slug]
+    assert set(never["memcheck"]) == set(never["racecheck"]) == {"not recorded yet"}
 
 
 def test_sanitizer_command_uses_error_exitcode():

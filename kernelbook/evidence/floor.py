@@ -143,12 +143,20 @@ def floor_table(study, size: int | None, steps: Iterable[str] | None = None, fou
     vendor_run = found_vendor.session.run.run_id if getattr(found_vendor, "session", None) is not None else None
     frame = floor_frame(study, chapters, found_ceilings, found_vendor.records, size, vendor_run=vendor_run)
     where = f"at {study.size_header.lower()} {size}" if size is not None else "per case"
+    units = set(frame["Unit"]) if not frame.empty else set()
+    split = [text for unit, text in (("3xtf32", "a third of that for 3xTF32"), ("3xfp16", "a third for 3xFP16"),
+                                     ("tf32+2xbf16", "half the TF32 rate for one TF32 and two BF16 products"))
+             if unit in units]
+    winograd = any("*" in str(u) for u in units)
+    dagger = not frame.empty and frame.apply(lambda row: any("†" in str(v) for v in row.values), axis=1).any()
     caption = (f"Time {where} against the floor (the larger of fewest bytes / the memory's bandwidth and FLOPs / "
-               f"the rate of the unit the step runs on: FP32 or __half2 CUDA cores, TF32 or FP16 tensor cores, "
-               f"a third of that for 3xTF32 and 3xFP16, Winograd counted by its own multiplies; each rate is a "
+               f"the rate of the unit the step runs on: FP32 or __half2 CUDA cores, TF32 or FP16 tensor cores"
+               f"{''.join(', ' + text for text in split)}"
+               f"{', Winograd counted by its own multiplies' if winograd else ''}; each rate is a "
                f"limit, the device's datasheet peak or the measured ceiling where that is higher; % = floor / time) "
                f"and the vendor library (its time / "
-               f"the step's; above 1 is faster; † the step and the library come from different runs). "
+               f"the step's; above 1 is faster"
+               f"{'; † the step and the library come from different runs' if dagger else ''}). "
                f"Each step's floor uses the ceilings of its own run where that run holds them, else these: "
                f"[ceilings: {found_ceilings.short_label}] "
                f"[vendor: {found_vendor.short_label}] Steps: each from its newest recording (column Recorded).")

@@ -86,8 +86,9 @@ def points(study, size: int | None = None, prefer_run: str | None = None, found_
     return points_from(study, chapters, ncu, found_vendor.records, size, found_vendor.short_label, vendor_run)
 
 
-#: Line styles of the split units' roofs (thinner and grey: each is a tensor roof divided).
-SPLIT_STYLES = ((0, (1, 1)), (0, (5, 1, 1, 1)), (0, (3, 3)))
+#: Colour and line style of the split units' roofs, in ``split_roofs``' order: thinner, and no two
+#: alike or like the black roofs and the grey bandwidth slope (a line's look is its colour and style).
+SPLIT_STYLES = (("#555555", ":"), ("#555555", "--"), ("#999999", ":"))
 #: One style per step: 8 colours x 4 marker shapes give 32 distinct (colour, marker) pairs, so no
 #: two of a study's steps (18 at most today) or its library rows share a look.
 STEP_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -247,9 +248,9 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
             ys = [min(peak, bandwidth * x) if bandwidth else peak for x in xs]
             ridge = f", ridge {peak / bandwidth:.0f} FLOP/B" if bandwidth else ""
             ax.plot(xs, ys, color="black", ls=style, lw=1.4, label=f"{name}: {peak:,.0f} GFLOP/s{ridge}")
-        for (name, peak), style in zip(split_roofs(values, maths), SPLIT_STYLES):
+        for (name, peak), (color, style) in zip(split_roofs(values, maths), SPLIT_STYLES):
             ys = [min(peak, bandwidth * x) if bandwidth else peak for x in xs]
-            ax.plot(xs, ys, color="0.45", ls=style, lw=1.0, label=f"{name}: {peak:,.0f} GFLOP/s")
+            ax.plot(xs, ys, color=color, ls=style, lw=1.0, label=f"{name}: {peak:,.0f} GFLOP/s")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)

@@ -99,9 +99,10 @@ def sanitizer_table(study, prefer_run: str | None = None):
         for r in run.read_part(part(study))["records"]:
             if r["step"] in study.steps.slugs():  # a step since renamed or removed is not shown
                 newest[(r["step"], r["layer"], r.get("tool"))] = (r, run.run_id)
-    order = {slug: i for i, slug in enumerate(study.steps.slugs())}
-    rows: dict = {}
-    for (step, layer, tool), (r, run_id) in sorted(newest.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):
+    # Every step and case has its row, in the step list's order: one never checked shows as such.
+    rows: dict = {(step, case): {"Step": step, study.case_header: case}
+                  for step in study.steps.slugs() for case in study.cases}
+    for (step, layer, tool), (r, run_id) in newest.items():
         row = rows.setdefault((step, layer), {"Step": step, study.case_header: layer})
         value = r["value"]
         row[tool] = ("did not run" if value is None else
