@@ -255,7 +255,9 @@ def target_lines(study, step: str | None = None) -> list[str]:
         slug, ms, run_id = t["best"]
         outcome = ("met" if ms <= t["limit_ms"] else
                    f"missed by {format_ms(ms - t['limit_ms'])} ({ms / t['limit_ms']:.2f}× the target)")
-        line = f"{t['what']} (≤ {format_ms(t['limit_ms'])}): the fastest such step, {slug}, takes {format_ms(ms)}: {outcome}"
+        number = study.steps.get(slug).number   # a later step is named before its chapter: its number says where
+        line = (f"{t['what']} (≤ {format_ms(t['limit_ms'])}): the fastest such step, step {number:02d} ({slug}), "
+                f"takes {format_ms(ms)}: {outcome}")
         if t["vendor_ms"] is not None:
             ahead = ms < t["vendor_ms"]
             ratio = vendor_ratio(t, slug + "'s")
