@@ -8,8 +8,9 @@
 // One more change: a tensor core adds products into its accumulator with truncation, so over
 // the 6400-term reduction the accumulator drifts (~4e-5 relative, measured); each group of three
 // products therefore goes into a fresh accumulator that is added to the running sum in FP32.
-// The kernel is step 07's, compiled with SPLIT3=1 (the split happens as fragments are read
-// from shared memory, so shared memory and global traffic are those of step 07).
+// The kernel is step 07's, compiled with SPLIT3=1: the packing kernels write every operand as
+// two TF32 planes, big and small, and each stage holds both in shared memory, so the shared
+// memory per block and the operand bytes read from global memory are larger than step 07's.
 
 #define SPLIT3 1
 #define KERNEL_NAME conv_pool_3xtf32

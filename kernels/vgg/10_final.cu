@@ -1,8 +1,9 @@
 // Step 10 — the final FP32-accurate kernel.
 //
-// On a Hopper GPU step 10 hands every shape step 13 takes (odd K up to 15) to step 13,
-// 13_hopper_3xtf32.cu: 3xTF32 on Hopper's own path (TMA + wgmma), the fastest FP32-accurate
-// step of the study in the recorded runs (kernelbook/vgg/final.py decides, once per shape).
+// On a Hopper GPU step 10 runs one of the two FP32-accurate steps of Hopper's own path (TMA +
+// wgmma) for every shape they take (odd K up to 15): step 13 (13_hopper_3xtf32.cu, 3xTF32) or
+// step 14 (14_hopper_split.cu, the cross terms on BF16). The first call of a shape times both
+// and hands that shape to the faster (kernelbook/vgg/final.py decides, once per shape and GPU).
 // Elsewhere (the Hopper steps need sm_90a):
 //
 // For K = 1, 3, 5, 7 (the studied layer has K = 5) step 10 launches step 09's Winograd
