@@ -147,6 +147,7 @@ class RecordingView:
     parameters = _shown("parameters", "The parameters the recording was made with.")
     extra = _shown("extra", "The recording's extra data.")
     label = _shown("label", "One line: measured now, or replayed (and why).")
+    status = _shown("status", "Why it was replayed or not measured (empty when measured now).")
     short_label = _shown("short_label", "A tag for captions and under plot titles.")
 
     def _repr_markdown_(self) -> str:

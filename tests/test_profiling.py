@@ -469,7 +469,7 @@ def test_ceilings_are_read_back_from_the_run_or_the_newest(results_root, no_gpu)
     other = fabricate_chapter(results_root)
     found = ceilings_mod.ceilings_for(other)   # the chapter's run has none: the newest that does
     assert found.values == CEILINGS and found.session.run.run_id == run.run_id
-    assert ceilings_mod.ceilings(mode="replay").get("copy_gbs") == 1000.0
+    assert ceilings_mod.ceilings(mode="replay").values["copy_gbs"] == 1000.0
     assert "1,000 GB/s" in ceilings_mod.ceilings_table(ceilings_mod.ceilings_for(run.run_id)).to_html()
 
 

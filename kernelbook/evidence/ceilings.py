@@ -151,13 +151,6 @@ class Ceilings(session_mod.RecordingView):
     def values(self) -> dict:
         return {r["metric"]: r["value"] for r in self.recording.records if r["value"] is not None}
 
-    def get(self, metric: str) -> float | None:
-        return self.values.get(metric)
-
-    @property
-    def status(self) -> str:
-        return self.recording.status
-
     @property
     def label(self) -> str:
         return self.recording.label if self.recording.found else f"Device ceilings: {self.recording.absence}."

@@ -29,10 +29,13 @@ class ConvStep(StepImpl):
     defaults: ClassVar[dict] = {}      # every parameter a caller may set, with its default
     tolerance: ClassVar[float] = 1e-5  # relative L2 error allowed against float64
     precision: ClassVar[str] = "fp32"
+    #: The parameters the kernel takes as compile-time macros: parameter name -> macro name.
+    macros: ClassVar[dict] = {}
 
     def defines(self, params: dict, shape: ConvShape) -> dict:
-        """Compile-time parameters (``-D``) for ``params`` and ``shape`` (e.g. K as a constant)."""
-        return {}
+        """Compile-time parameters (``-D``) for ``params`` and ``shape``: each of ``macros`` from its
+        parameter (a step that needs more, e.g. K as a constant, adds them)."""
+        return {macro: params[name] for name, macro in self.macros.items()}
 
     def validate(self, shape: ConvShape, params: dict) -> None:
         """Raise ``ShapeError``/``ParameterError`` for anything the kernel cannot do; called before
@@ -95,9 +98,7 @@ class Planned:
 class Baseline(ConvStep):
     kernel_names = ("conv_forward_baseline",)
     defaults = {"tile_width": 16}
-
-    def defines(self, params: dict, shape: ConvShape) -> dict:
-        return {"TILE_WIDTH": params["tile_width"]}
+    macros = {"tile_width": "TILE_WIDTH"}
 
     def check_params(self, shape: ConvShape, params: dict) -> None:
         super().check_params(shape, params)

@@ -49,6 +49,10 @@ class ConstantMask(ConvStep):
 
     MASK = Upload("k_const", 1)   # k into the module's constant bank, before the kernel
 
+    def defines(self, params, shape):
+        """The step's macros and the constant bank's capacity, which the kernel declares its mask with."""
+        return {**super().defines(params, shape), "CONST_CAPACITY": CONST_CAPACITY}
+
     def launches(self, shape: ConvShape, params: dict) -> list:
         """The mask's copy to constant memory, then the kernel's launches (``conv_launches``)."""
         return [self.MASK, *self.conv_launches(shape, params)]
@@ -75,8 +79,7 @@ class ConstantMemory(ConstantMask):
     kernel_names = ("conv_forward_constant",)
     defaults = {"tile_width": 16}
 
-    def defines(self, params, shape):
-        return {"TILE_WIDTH": params["tile_width"], "CONST_CAPACITY": CONST_CAPACITY}
+    macros = {"tile_width": "TILE_WIDTH"}
 
     def check_params(self, shape, params):
         super().check_params(shape, params)
@@ -109,10 +112,8 @@ class Sweep(ConstantMask):
     kernel_names = ("conv_forward_sweep",)
     defaults = {"tile_w": 16, "tile_h": 16, "out_per_thread": 1, "imgs_per_block": 1}
 
-    def defines(self, params, shape):
-        return {"TILE_W": params["tile_w"], "TILE_H": params["tile_h"],
-                "OUT_PER_THREAD": params["out_per_thread"], "IMGS_PER_BLOCK": params["imgs_per_block"],
-                "CONST_CAPACITY": CONST_CAPACITY}
+    macros = {"tile_w": "TILE_W", "tile_h": "TILE_H", "out_per_thread": "OUT_PER_THREAD",
+              "imgs_per_block": "IMGS_PER_BLOCK"}
 
     def check_params(self, shape, params):
         super().check_params(shape, params)
@@ -147,6 +148,7 @@ class Sweep(ConstantMask):
 
 class TiledBase(ConstantMask):
     defaults = {"tile_width": 16, "imgs_per_block": 4}
+    macros = {"tile_width": "TILE_WIDTH", "imgs_per_block": "IMGS_PER_BLOCK"}
 
     def patch_bytes(self, shape: ConvShape, params: dict) -> int:
         side = params["tile_width"] + shape.K - 1
@@ -182,10 +184,6 @@ class Tiled(TiledBase):
 
     kernel_names = ("conv_forward_tiled",)
 
-    def defines(self, params, shape):
-        return {"TILE_WIDTH": params["tile_width"], "IMGS_PER_BLOCK": params["imgs_per_block"],
-                "CONST_CAPACITY": CONST_CAPACITY}
-
     def conv_launches(self, shape, params):
         grid, block = self.grid_block(shape, params)
         return [Launch(self.kernel_names[0], grid, block, dynamic_smem=self.patch_bytes(shape, params))]
@@ -201,8 +199,7 @@ class RestrictUnroll(TiledBase):
     kernel_names = ("conv_forward_restrict_unroll",)
 
     def defines(self, params, shape):
-        return {"TILE_WIDTH": params["tile_width"], "IMGS_PER_BLOCK": params["imgs_per_block"],
-                "KSIZE": shape.K, "CONST_CAPACITY": CONST_CAPACITY}
+        return {**super().defines(params, shape), "KSIZE": shape.K}
 
     def conv_launches(self, shape, params):
         grid, block = self.grid_block(shape, params)

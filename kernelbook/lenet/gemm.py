@@ -144,9 +144,7 @@ class UnrollMatmul(_Chunked):
 
     kernel_names = ("unroll_input", "matmul_tiled", "permute_output")
     defaults = {"tile": 16, "workspace_mib": 512}
-
-    def defines(self, params: dict, shape: ConvShape) -> dict:
-        return {"TILE": params["tile"]}
+    macros = {"tile": "TILE"}
 
     def per_image_floats(self, shape: ConvShape) -> int:
         hw = shape.H_out * shape.W_out
@@ -218,9 +216,7 @@ class FusedUnrollMatmul(ConvStep):
 
     kernel_names = ("conv_fused_unroll",)
     defaults = {"tile": 16}
-
-    def defines(self, params: dict, shape: ConvShape) -> dict:
-        return {"TILE": params["tile"]}
+    macros = {"tile": "TILE"}
 
     def check_params(self, shape: ConvShape, params: dict) -> None:
         super().check_params(shape, params)
@@ -337,9 +333,7 @@ class Fp16(ConvStep):
     # shapes (CKK = 486). 5e-3 is that with a margin, and still far below what would hide a
     # wrong index (an error of order 1). Inputs must stay below 65504 in magnitude.
     tolerance = 5e-3
-
-    def defines(self, params: dict, shape: ConvShape) -> dict:
-        return {"TILE": params["tile"], "HALF_TILES": params["half_tiles"]}
+    macros = {"tile": "TILE", "half_tiles": "HALF_TILES"}
 
     def check_params(self, shape: ConvShape, params: dict) -> None:
         super().check_params(shape, params)

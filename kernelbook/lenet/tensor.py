@@ -159,8 +159,7 @@ class PerLayer(ConvStep):
         """The policy: the fragment shape ("8x32" or "16x16") used for ``shape``."""
         return "8x32" if shape.M <= 8 else "16x16"
 
-    def defines(self, params: dict, shape: ConvShape) -> dict:
-        return {"WARPS": params["warps"], "FRAGS_N": params["frags_n"], "BK": params["bk"]}
+    macros = {"warps": "WARPS", "frags_n": "FRAGS_N", "bk": "BK"}
 
     def check_params(self, shape: ConvShape, params: dict) -> None:
         super().check_params(shape, params)
@@ -225,8 +224,7 @@ class RegisterTiling(ConvStep):
     defaults = {"bm": 16, "bn": 128, "bk": 8, "tm": 4, "tn": 4}
     tolerance = 1e-5
 
-    def defines(self, params: dict, shape: ConvShape) -> dict:
-        return {"BM": params["bm"], "BN": params["bn"], "BK": params["bk"], "TM": params["tm"], "TN": params["tn"]}
+    macros = {"bm": "BM", "bn": "BN", "bk": "BK", "tm": "TM", "tn": "TN"}
 
     def check_params(self, shape: ConvShape, params: dict) -> None:
         super().check_params(shape, params)
