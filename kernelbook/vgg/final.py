@@ -158,6 +158,8 @@ def recorded_faster(steps: list, device: str):
     """The step of ``steps`` with the lowest recorded time of the study's timed case in the book's
     recording on ``device`` (a GPU's name); None when that recording lacks one of them."""
     from ..bookrecording import book_run
+    from ..report import record_value
+    from ..stepdata import load_recorded
     from . import STUDY
 
     run = book_run(STUDY, device)
@@ -165,51 +167,45 @@ def recorded_faster(steps: list, device: str):
         return None
     times = {}
     for step in steps:
-        part = run.read_part(STUDY.part(step.slug)) if run.has_part(STUDY.part(step.slug)) else {"records": []}
-        found = [r["value"] for r in part["records"] if r["metric"] == STUDY.time_metric
-                 and r["layer"] == STUDY.profile_cases[0] and r["value"] is not None]
-        if not found:
+        found = load_recorded(STUDY, step.slug, prefer_run=run.run_id)
+        ms = (record_value(found.records, STUDY.time_metric, STUDY.profile_cases[0])
+              if found is not None and found.session.run.run_id == run.run_id else None)
+        if ms is None:
             return None
-        times[step.slug] = min(found)
+        times[step.slug] = ms
     return min(steps, key=lambda step: times[step.slug])
 
 
 TIMING_BYTES = 256 * 1024 ** 2   # the largest input the choice allocates; a larger batch is timed in part
 
 
-def timed_faster(steps: list, shape: ConvPoolShape, rounds: int = 2, launches: int = 3):
-    """The step of ``steps`` whose launches on ``shape`` (its batch cut so that the input stays
-    under ``TIMING_BYTES``) take the least time here, by CUDA events over ``launches`` back to
-    back, the best of ``rounds`` alternating rounds; each is launched once before (compiles,
-    packs). ``_UNDECIDED`` while a CUDA graph is being captured (no launch may be timed then)."""
+def timed_faster(steps: list, shape: ConvPoolShape, repeats: int = 3):
+    """The step of ``steps`` whose call on ``shape`` (its batch cut so that the input stays under
+    ``TIMING_BYTES``) has the lowest median here, timed by the book's timer (``measure.time_gpu``:
+    CUDA events, one warm-up that compiles and packs) on the study's inputs and operands, as each
+    step's own page times it. ``_UNDECIDED`` while a CUDA graph is being captured (no launch may be
+    timed then)."""
     import dataclasses
 
     import cupy as cp
+    import numpy as np
 
-    stream = cp.cuda.get_current_stream()
-    if stream.is_capturing():
+    from ..measure import time_gpu
+    from . import STUDY
+
+    if cp.cuda.get_current_stream().is_capturing():
         return _UNDECIDED
     per_image = 4 * shape.C * shape.H * shape.W
     sample = dataclasses.replace(shape, B=max(1, min(shape.B, TIMING_BYTES // per_image)))
-    rng = cp.random.default_rng(0)
-    x = rng.standard_normal(sample.x_shape, dtype=cp.float32)
-    w = rng.standard_normal(sample.w_shape, dtype=cp.float32)
-    b = rng.standard_normal((sample.M,), dtype=cp.float32)
+    host = STUDY.inputs(None, sample, np.random.default_rng(0))
     y = cp.empty(sample.y_shape, dtype=cp.float32)
-    best = {}
+    times = {}
     for step in steps:
-        step.prepare(step.params(), sample)
-        step.launch(y, x, w, b, sample, step.params())
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    for _ in range(rounds):
-        for step in steps:
-            start.record(stream)
-            for _ in range(launches):
-                step.launch(y, x, w, b, sample, step.params())
-            end.record(stream)
-            end.synchronize()
-            best[step.slug] = min(best.get(step.slug, float("inf")), cp.cuda.get_elapsed_time(start, end))
-    return min(steps, key=lambda step: best[step.slug])
+        params = step.params()
+        operands = STUDY.operands(step, sample, host)
+        step.prepare(params, sample)
+        times[step.slug] = time_gpu(lambda: step.launch(y, *operands, sample, params), repeats, 1).median
+    return min(steps, key=lambda step: times[step.slug])
 
 
 def on_hopper() -> bool:
