@@ -119,10 +119,19 @@ def roof_at(values: dict, metric: str, intensity: float) -> float | None:
 SPLIT_NAMES = {"3xtf32": "3xTF32", "3xfp16": "3xFP16", "tf32+2xbf16": "TF32 + 2 BF16"}
 
 
-def split_roof_name(unit: str, metric: str) -> str:
+ROOF_NAMES = {m: n for m, n, _ in ROOFS}
+
+
+def is_split(unit: str) -> bool:
+    """Whether ``unit`` (of ``floor.UNITS``) spends several tensor-core products per product."""
+    rate, cost = UNITS.get(unit, (None, 1.0))
+    return rate is not None and cost > 1 and unit not in ("fp32", "fp16x2")
+
+
+def split_roof_name(unit: str) -> str:
     """``3xTF32 (TF32 tensor ÷ 3)``: a split unit's roof, the tensor roof it runs on over its cost."""
     rate, cost = UNITS[unit]
-    return f"{SPLIT_NAMES.get(unit, unit)} ({dict((m, n) for m, n, _ in ROOFS)[rate]} ÷ {cost:g})"
+    return f"{SPLIT_NAMES.get(unit, unit)} ({ROOF_NAMES[rate]} ÷ {cost:g})"
 
 
 def split_roofs(values: dict, maths: dict | None) -> list[tuple[str, float]]:
@@ -130,12 +139,8 @@ def split_roofs(values: dict, maths: dict | None) -> list[tuple[str, float]]:
     the measured tensor rate over the products each product costs, the roof such a step is judged
     against, drawn beside the tensor roofs it divides."""
     units = sorted({str(m).partition("*")[0] for m in (maths or {}).values()})
-    out = []
-    for unit in units:
-        rate, cost = UNITS.get(unit, (None, 1.0))
-        if rate is not None and cost > 1 and values.get(rate) and unit not in ("fp32", "fp16x2"):
-            out.append((split_roof_name(unit, rate), values[rate] / cost))
-    return out
+    return [(split_roof_name(unit), values[UNITS[unit][0]] / UNITS[unit][1])
+            for unit in units if is_split(unit) and values.get(UNITS[unit][0])]
 
 
 def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> list[str]:
@@ -152,7 +157,6 @@ def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> lis
     values = ceilings.values if isinstance(ceilings, Ceilings) else dict(ceilings or {})
     sheet_limits = limits(values, device_of(ceilings))   # the datasheet's peaks, where the book holds them
     maths = maths or {}
-    names = {m: n for m, n, _ in ROOFS}
     bandwidth = values.get("copy_gbs")
     notes = []
     for _, p in frame.iterrows():
@@ -169,10 +173,10 @@ def above_roofs(frame: pd.DataFrame, ceilings, maths: dict | None = None) -> lis
                 notes.append(f"{who} sits above every flat roof ({y:,.0f} against {max(peaks):,.0f} GFLOP/s): "
                              "it does fewer operations than the direct FLOP count its rate is computed from.")
             continue
-        split = unit not in ("fp32", "fp16x2") and cost > 1   # a tensor unit spending several products per product
+        split = is_split(unit)
         peak = values.get(metric) and values[metric] / (cost if split else 1.0)
         limit = sheet_limits.get(metric) and sheet_limits[metric] / (cost if split else 1.0)
-        name = split_roof_name(unit, metric) if split else names[metric]
+        name = split_roof_name(unit) if split else ROOF_NAMES[metric]
         if peak and y > peak and unit not in ("fp32", "fp16x2") and limit and y <= limit:
             notes.append(f"{who} sits above the measured {name} roof ({y:,.0f} against {peak:,.0f} GFLOP/s): "
                          "that roof is what one program (cuBLAS on a large square matrix product) reached, a rate a "
@@ -221,7 +225,8 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     cases = list(dict.fromkeys(have["layer"])) if not have.empty else [None]
     steps = list(dict.fromkeys(have["step"])) if not have.empty else []
     notes = above_roofs(have, ceilings, maths) if not have.empty else []
-    key_rows = (len(steps) + len(ROOFS) + len(split_roofs(values, maths)) + 2 + 1) // 2
+    splits = split_roofs(values, maths)
+    key_rows = (len(steps) + len(ROOFS) + len(splits) + 2 + 1) // 2
     key_height = 0.22 * key_rows + 0.8  # inches under the panels for the key and the provenance line
     height = 5.0 * len(cases) + key_height
     fig, axes = plt.subplots(len(cases), 1, figsize=(7.5, height), dpi=110, squeeze=False)
@@ -233,7 +238,7 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     heights = list(have["gflops"]) if not have.empty else []
     heights += [v for m, _, _ in ROOFS if (v := values.get(m))] + ([bandwidth * lo] if bandwidth else [])
-    heights += [v for _, v in split_roofs(values, maths)]
+    heights += [v for _, v in splits]
     styles = {v: step_style(i) for i, v in enumerate(steps)}
     size = int(have["size"].iloc[0]) if not have.empty else 0
     labels_of: dict = {}
@@ -248,7 +253,7 @@ def roofline(frame: pd.DataFrame, ceilings, title: str | None = None, measured_n
             ys = [min(peak, bandwidth * x) if bandwidth else peak for x in xs]
             ridge = f", ridge {peak / bandwidth:.0f} FLOP/B" if bandwidth else ""
             ax.plot(xs, ys, color="black", ls=style, lw=1.4, label=f"{name}: {peak:,.0f} GFLOP/s{ridge}")
-        for (name, peak), (color, style) in zip(split_roofs(values, maths), SPLIT_STYLES):
+        for (name, peak), (color, style) in zip(splits, SPLIT_STYLES):
             ys = [min(peak, bandwidth * x) if bandwidth else peak for x in xs]
             ax.plot(xs, ys, color=color, ls=style, lw=1.0, label=f"{name}: {peak:,.0f} GFLOP/s")
         ax.set_xscale("log")
