@@ -7,16 +7,11 @@ from __future__ import annotations
 import pandas as pd
 
 from .evidence.ncu_metrics import SPECS
-from .report import styled
+from .report import record_value, styled
 
 #: The rows shown: the time, what kept the SMs busy, what they waited for, and the memory traffic.
 ROWS = ("duration_ms", "tensor_pipe_pct", "sm_throughput_pct", "stall_long_scoreboard", "l2_hit_pct",
         "dram_bytes", "dram_throughput_pct")
-
-
-def _value(records: list[dict], metric: str, case: str):
-    found = [r["value"] for r in records if r["metric"] == metric and r["layer"] == case and r["value"] is not None]
-    return found[0] if found else None
 
 
 def _title(metric: str) -> str:
@@ -40,7 +35,7 @@ def profile_pair(comparison, step: str, case: str):
     frame = pd.DataFrame({"Metric": [_title(m) for m in ROWS]})
     for recording in recordings:
         records = recording.ncu.get(step) or []
-        frame[f"{recording.label} (run {recording.run.run_id})"] = [_shown(m, _value(records, m, case)) for m in ROWS]
+        frame[f"{recording.label} (run {recording.run.run_id})"] = [_shown(m, record_value(records, m, case)) for m in ROWS]
     number = comparison.study.steps.get(step).number
     l2 = "; ".join(f"{r.label} {r.run.manifest['device']['l2_bytes'] / 2 ** 20:.0f} MiB" for r in recordings
                    if (r.run.manifest.get("device") or {}).get("l2_bytes"))
@@ -60,7 +55,7 @@ def profile_lines(comparison, step: str, case: str) -> list[str]:
     base, other = comparison.base, comparison.other
     if not (base.found and other.found):
         return []
-    mine = {m: (_value(base.ncu.get(step) or [], m, case), _value(other.ncu.get(step) or [], m, case)) for m in ROWS}
+    mine = {m: (record_value(base.ncu.get(step) or [], m, case), record_value(other.ncu.get(step) or [], m, case)) for m in ROWS}
     if any(a is None or b is None for a, b in mine.values()):
         return [f"Step {step} has no profile at {case} on both devices; nothing is compared."]
     (t0, t1), (s0, s1), (l0, l1), (d0, d1) = (mine[m] for m in ("tensor_pipe_pct", "stall_long_scoreboard",
