@@ -185,14 +185,16 @@ class VggStudy(Study):
 
     def against_fp32_accurate(self, chapter, op: dict) -> list[str]:
         """The final step beside the fastest of the study's other FP32-accurate steps (tolerance
-        1e-5) timed in the same run, by how much, or that the ranges of their repeats overlap."""
+        1e-5 over float's whole range: ``checks.claims_fp32_range``) timed in the same run, by how much,
+        or that the ranges of their repeats overlap."""
+        from ..checks import claims_fp32_range
         from ..report import find_record, format_ms
         from ..stepdata import load_recorded
 
         run_id = chapter.session.run.run_id
         timed = []
         for step in self.steps:
-            if step.slug == chapter.slug or getattr(step.impl, "tolerance", 1.0) > 1e-5:
+            if step.slug == chapter.slug or not claims_fp32_range(self.impl(step.slug)):
                 continue
             recording = load_recorded(self, step.slug, prefer_run=run_id)
             if recording is None or recording.session.run.run_id != run_id or not recording.correct:
