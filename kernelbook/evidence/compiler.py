@@ -15,6 +15,7 @@ import subprocess
 
 from .. import kernels, results
 from .. import session as session_mod
+from ..errors import KernelbookError
 
 SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?\b")
 SHOWN_OPCODES = ("FFMA", "FMUL", "FADD", "HFMA2", "HMMA", "HGMMA", "UTMALDG", "UBLKCP", "LDGSTS", "IMAD", "IADD3", "LDG", "LDS", "LDC", "ULDC", "LDL",
@@ -188,7 +189,7 @@ def table(found: session_mod.Recording, chapter=None):
             with limits.as_recorded(found.session):   # routed as on the device the table was recorded on
                 arch = build_arch(impl, impl.params(**chapter.case_params().get(case, {})),
                                   compiled_problem(chapter.study, case))
-        except Exception:
+        except KernelbookError:   # a case the recorded parameters no longer build: the step's own target
             arch = getattr(impl, "arch", None)
     arch = arch or "sm_90"
     note = "" if any(c.startswith("sass_") for c in frame["metric"]) else " (no SASS: cuobjdump was not installed where this was recorded)"
