@@ -66,12 +66,19 @@ def profile_lines(comparison, step: str, case: str) -> list[str]:
     ranked = list(rows["step"])
     first = []
     if step in ranked:
-        place = ranked.index(step) + 1
+        steps = comparison.study.steps
         speedup = float(rows[rows["step"] == step]["speedup"].iloc[0])
-        where = "the largest" if place == 1 else f"number {place} of {len(ranked)} from the largest"
-        number = comparison.study.steps.get(step).number
-        first = [f"The speed-up of step {number:02d} ({step}) on the {o} is {speedup:.2f}× at {case}, {where} "
-                 f"of the study's {len(ranked)} steps timed there on both."]
+        top = float(rows["speedup"].iloc[0])
+        tied = [s for s, v in zip(ranked, rows["speedup"]) if v * 1.02 >= top]   # within 2 % of the largest
+        if step in tied and len(tied) > 1:
+            others = " and ".join(f"step {steps.get(s).number:02d} ({s})" for s in tied if s != step)
+            where = f"it and {others} are the largest, within 2 % of each other"
+        elif ranked[0] == step:
+            where = "it is the largest"
+        else:
+            where = f"it is number {ranked.index(step) + 1} from the largest"
+        first = [f"The speed-up of step {steps.get(step).number:02d} ({step}) on the {o} is {speedup:.2f}× at "
+                 f"{case}; of the study's {len(ranked)} steps timed there on both, {where}."]
     return first + [f"On the {o} the tensor pipe is busy {t1:.1f} % of the launch against {t0:.1f} % on the {b}: "
             f"{_direction(t0, t1, 'busier', 'less busy', 'about as busy')} on the {o}.",
             f"Its warps stall on long scoreboard (waiting for a load from global memory, through L1 and L2) "
