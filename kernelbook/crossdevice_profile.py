@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .compare import MIN_NOISE
 from .evidence.ncu_metrics import SPECS
 from .report import record_value, styled
 
@@ -45,13 +46,14 @@ def profile_pair(comparison, step: str, case: str):
 
 
 def _direction(a: float, b: float, more: str, less: str, same: str) -> str:
-    return more if b > a * 1.02 else less if b < a / 1.02 else same
+    """``same`` within the book's smallest noise band (``compare.MIN_NOISE``) of a value measured once."""
+    return more if b > a * (1 + MIN_NOISE) else less if b < a / (1 + MIN_NOISE) else same
 
 
 def profile_lines(comparison, step: str, case: str) -> list[str]:
     """Sentences read from ``profile_pair``'s rows: how ``step``'s profile at ``case`` moved from the
-    base device to the other (each value printed, each direction computed; two percent apart or
-    less is "about the same")."""
+    base device to the other (each value printed, each direction computed; within ``compare.MIN_NOISE``
+    is "about the same")."""
     base, other = comparison.base, comparison.other
     if not (base.found and other.found):
         return []
@@ -69,10 +71,10 @@ def profile_lines(comparison, step: str, case: str) -> list[str]:
         steps = comparison.study.steps
         speedup = float(rows[rows["step"] == step]["speedup"].iloc[0])
         top = float(rows["speedup"].iloc[0])
-        tied = [s for s, v in zip(ranked, rows["speedup"]) if v * 1.02 >= top]   # within 2 % of the largest
+        tied = [s for s, v in zip(ranked, rows["speedup"]) if v * (1 + MIN_NOISE) >= top]   # the same as the largest
         if step in tied and len(tied) > 1:
             others = " and ".join(f"step {steps.get(s).number:02d} ({s})" for s in tied if s != step)
-            where = f"it and {others} are the largest, within 2 % of each other"
+            where = f"it and {others} are the largest, within {MIN_NOISE * 100:g} % of each other"
         elif ranked[0] == step:
             where = "it is the largest"
         else:
